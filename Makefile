@@ -1,0 +1,45 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   install edgetune in .venv and tune the demo CNN on this machine
+#   make test   install what the tests need (Debian packages too, as root) and run them
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_MODEL ?= demo:tiny-cnn
+DEMO_TRIALS ?= 64
+PYTEST_ARGS ?=
+
+.PHONY: demo test install install-test system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+
+install-test: $(BIN)/python system-deps
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+
+# Debian packages the tests use: a host C++ compiler (links candidates) and
+# the aarch64 cross toolchain (cross-compiled artifacts are checked).
+system-deps:
+	@missing=""; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
+	command -v aarch64-linux-gnu-g++ >/dev/null || missing="$$missing g++-aarch64-linux-gnu"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing (run as root or: sudo apt-get install$$missing)"; \
+	  fi; \
+	fi
+
+demo: install
+	$(BIN)/edgetune tune --profile host --model $(DEMO_MODEL) --trials $(DEMO_TRIALS)
+
+test: install-test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) edgetune-out .pytest_cache

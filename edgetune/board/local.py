@@ -1,0 +1,195 @@
+"""A loopback tracker and RPC server on this machine, standing in for a board.
+
+This is the embedded default of ``edgetune tune``: with no ``--tracker`` given,
+edgetune starts both here, measures through them exactly as through a real
+board, and stops them at exit. Both listen on 127.0.0.1 only (TVM's RPC is
+unauthenticated). Each runs in its own session (process group), and is stopped
+by signalling the whole group: killing only the parent would leave TVM's
+``popen_worker`` children behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import BoardError
+from .tracker import TrackerAddress, device_counts, free_port, tracker_summary
+
+LOOPBACK = "127.0.0.1"
+
+
+def _stop_group(process: subprocess.Popen, grace_sec: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL it if anything is left."""
+    if process.poll() is not None and not _group_alive(process.pid):
+        return
+    for sig, wait in ((signal.SIGTERM, grace_sec), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            process.poll()
+            if not _group_alive(process.pid):
+                return
+            time.sleep(0.05)
+    process.wait(timeout=2)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's group
+        return True
+    return True
+
+
+class LocalBoard:
+    """Start a loopback tracker plus one RPC server registered under ``key``.
+
+    Use as a context manager; ``stop()`` is also registered with ``atexit``.
+
+    Parameters
+    ----------
+    key:
+        Device key the server registers under (``local`` for the host profile).
+    num_threads:
+        ``TVM_NUM_THREADS`` for the server, like the profile's device threads.
+    log_dir:
+        Where ``tracker.log`` and ``server.log`` go; a temporary dir by default.
+    startup_timeout_sec:
+        How long to wait for the server to register.
+    """
+
+    def __init__(
+        self,
+        key: str = "local",
+        num_threads: int = 0,
+        log_dir: str | Path | None = None,
+        startup_timeout_sec: float = 60.0,
+    ) -> None:
+        self.key = key
+        self.num_threads = num_threads
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="edgetune-board-"))
+        self.startup_timeout_sec = startup_timeout_sec
+        self.address: TrackerAddress | None = None
+        self._tracker: subprocess.Popen | None = None
+        self._server: subprocess.Popen | None = None
+
+    # -- lifecycle -------------------------------------------------------
+    def __enter__(self) -> "LocalBoard":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> TrackerAddress:
+        """Start the tracker and server; return the tracker's address."""
+        if self.address is not None:
+            return self.address
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        try:
+            self.address = self._start_tracker()
+            self._start_server(self.address)
+        except BaseException:
+            self.stop()
+            raise
+        return self.address
+
+    def stop(self) -> None:
+        """Stop server and tracker (whole process groups). Safe to call twice."""
+        for process in (self._server, self._tracker):
+            if process is not None:
+                _stop_group(process)
+        self._server = self._tracker = None
+        self.address = None
+
+    @property
+    def pids(self) -> list[int]:
+        """Process-group ids of the running tracker and server."""
+        return [p.pid for p in (self._tracker, self._server) if p is not None]
+
+    # -- internals -------------------------------------------------------
+    def _spawn(self, args: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - owned by the child
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.log_dir,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def _start_tracker(self) -> TrackerAddress:
+        for _attempt in range(5):
+            port = free_port(LOOPBACK)
+            # --port-end port+1: never let TVM silently bind a different port
+            process = self._spawn(
+                ["tvm.exec.rpc_tracker", "--host", LOOPBACK, "--port", str(port), "--port-end", str(port + 1)],
+                "tracker.log",
+            )
+            self._tracker = process
+            address = TrackerAddress(LOOPBACK, port, self.key)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    break  # port raced away: try another one
+                try:
+                    tracker_summary(address, timeout_sec=2)
+                    return address
+                except BoardError:
+                    time.sleep(0.2)
+            _stop_group(process)
+        raise BoardError(f"could not start a loopback RPC tracker; see {self.log_dir / 'tracker.log'}")
+
+    def _start_server(self, address: TrackerAddress) -> None:
+        port = free_port(LOOPBACK)
+        env = {"TVM_NUM_THREADS": str(self.num_threads)} if self.num_threads else {}
+        self._server = self._spawn(
+            [
+                "tvm.exec.rpc_server",
+                "--tracker",
+                f"{address.host}:{address.port}",
+                "--key",
+                self.key,
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(port),
+                "--port-end",
+                str(port + 100),
+            ],
+            "server.log",
+            env,
+        )
+        deadline = time.monotonic() + self.startup_timeout_sec
+        while time.monotonic() < deadline:
+            if self._server.poll() is not None:
+                raise BoardError(
+                    f"the loopback RPC server exited with code {self._server.returncode}; "
+                    f"see {self.log_dir / 'server.log'}"
+                )
+            registered, _free = device_counts(tracker_summary(address), self.key)
+            if registered:
+                return
+            time.sleep(0.2)
+        raise BoardError(
+            f"the loopback RPC server did not register under key {self.key!r} within "
+            f"{self.startup_timeout_sec:g} s; see {self.log_dir / 'server.log'}"
+        )

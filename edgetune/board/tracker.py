@@ -1,0 +1,149 @@
+"""Talk to a TVM RPC tracker: check it, find free devices, open sessions.
+
+TVM's own client blocks forever when a key has no free device and prints a
+bare ``ConnectionRefusedError`` when the tracker is down. These helpers turn
+both into one-line :class:`~edgetune.errors.BoardError` messages that name the
+address and the command to diagnose it.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BoardError, NoFreeDeviceError, TrackerUnreachableError
+
+
+@dataclass(frozen=True)
+class TrackerAddress:
+    """Where a tracker listens and which device key to ask it for."""
+
+    host: str
+    port: int
+    key: str
+
+    @classmethod
+    def parse(cls, text: str, key: str) -> "TrackerAddress":
+        """Parse ``host:port`` (as given to ``--tracker``)."""
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BoardError(f"--tracker must be HOST:PORT, got {text!r} instead")
+        return cls(host, int(port), key)
+
+    @property
+    def query_command(self) -> str:
+        return f"{sys.executable} -m tvm.exec.query_rpc_tracker --host {self.host} --port {self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port} (key {self.key!r})"
+
+
+def _with_timeout(func: Any, timeout_sec: float, what: str) -> Any:
+    """Run ``func`` in a thread; TVM's socket calls have no timeout of their own."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = func()
+        except BaseException as error:  # re-raised in the caller's thread
+            box["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True, name=f"edgetune-{what}")
+    thread.start()
+    thread.join(timeout_sec)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not answer within {timeout_sec:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def tracker_summary(address: TrackerAddress, timeout_sec: float = 10.0) -> dict[str, Any]:
+    """The tracker's summary dict (``server_info``, ``queue_info``)."""
+    from tvm import rpc
+
+    # A plain connect first: TVM's client retries a refused connection for a
+    # minute, which is the wrong answer to "is the tracker up?".
+    try:
+        socket.create_connection((address.host, address.port), timeout=min(timeout_sec, 5.0)).close()
+    except OSError as error:
+        raise TrackerUnreachableError(
+            f"cannot reach the RPC tracker at {address.host}:{address.port}: {error.strerror or error}; "
+            f"is it running? check with: {address.query_command}"
+        ) from None
+
+    def query() -> dict[str, Any]:
+        tracker = rpc.connect_tracker(address.host, address.port)
+        try:
+            return tracker.summary()
+        finally:
+            tracker.close()
+
+    try:
+        return _with_timeout(query, timeout_sec, "tracker")
+    except (OSError, TimeoutError, RuntimeError) as error:
+        raise TrackerUnreachableError(
+            f"cannot reach the RPC tracker at {address.host}:{address.port}: "
+            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}; "
+            f"is it running? check with: {address.query_command}"
+        ) from None
+
+
+def device_counts(summary: dict[str, Any], key: str) -> tuple[int, int]:
+    """``(registered servers, free servers)`` under ``key`` in a tracker summary."""
+    registered = sum(
+        1 for item in summary.get("server_info", []) if str(item.get("key", "")).split(":", 1)[-1] == key
+    )
+    free = int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
+    return registered, free
+
+
+def check_device_available(address: TrackerAddress, timeout_sec: float = 10.0) -> tuple[int, int]:
+    """Fail with one clear line unless ``address.key`` has a server registered."""
+    summary = tracker_summary(address, timeout_sec)
+    registered, free = device_counts(summary, address.key)
+    if registered == 0:
+        keys = sorted(summary.get("queue_info", {}))
+        known = ", ".join(keys) if keys else "none"
+        raise NoFreeDeviceError(
+            f"the tracker at {address.host}:{address.port} has no device under key "
+            f"{address.key!r} (keys with devices: {known}); run: {address.query_command}"
+        )
+    return registered, free
+
+
+def request_session(
+    address: TrackerAddress, session_timeout_sec: float = 120.0, wait_sec: float = 60.0
+) -> Any:
+    """An RPC session on a device under ``address.key``, waiting at most ``wait_sec``."""
+    from tvm import rpc
+
+    def request() -> Any:
+        tracker = rpc.connect_tracker(address.host, address.port)
+        try:
+            return tracker.request(address.key, priority=1, session_timeout=session_timeout_sec)
+        finally:
+            tracker.close()
+
+    try:
+        return _with_timeout(request, wait_sec, "tracker request")
+    except TimeoutError:
+        raise NoFreeDeviceError(
+            f"no free device under key {address.key!r} at {address.host}:{address.port} "
+            f"after {wait_sec:g} s; run: {address.query_command}"
+        ) from None
+    except (OSError, RuntimeError) as error:
+        raise BoardError(
+            f"RPC session to {address} failed: {str(error).splitlines()[0]}; "
+            f"run: {address.query_command}"
+        ) from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (racy by nature; checked after bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

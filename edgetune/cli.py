@@ -1,0 +1,124 @@
+"""The ``edgetune`` command line.
+
+Every deliberate failure is an :class:`~edgetune.errors.EdgetuneError`; the CLI
+prints it as one line on stderr and exits with its ``exit_code`` (no traceback;
+``EDGETUNE_DEBUG=1`` shows one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+from .errors import EdgetuneError, TuningInterrupted
+
+TUNE_EPILOG = """\
+examples:
+  edgetune tune --profile host --model demo:tiny-cnn --trials 32
+      tune on this machine: a loopback tracker and RPC server stand in for a board
+  edgetune tune --profile rk3399 --model net.onnx --tracker 127.0.0.1:9190 --key rk3399
+      measure on a board registered with a tracker (see `edgetune provision`)
+
+Re-running the same command resumes: candidates already in the history
+database are not measured again, and --trials is the total budget for the
+model on this target. Ctrl-C once stops after the batch in flight; twice stops now.
+"""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgetune",
+        description="Tune neural networks for ARM boards and other devices with Apache TVM, "
+        "measuring candidates on the device through TVM's RPC tracker.",
+    )
+    parser.add_argument("--version", action="version", version=f"edgetune {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    tune = sub.add_parser(
+        "tune",
+        help="tune a model for a device profile and compile it",
+        description="Extract the model's operators, tune each with MetaSchedule while measuring "
+        "on the device, then compile the model with the best schedules and compare it "
+        "with an untuned build on the device.",
+        epilog=TUNE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tune.add_argument("--profile", "-p", required=True, help="profile name (see `edgetune profiles list`) or TOML file")
+    tune.add_argument(
+        "--model", "-m", required=True, help="ONNX file, or a built-in demo: demo:tiny-cnn, demo:resnet18[@RES], demo:mobilenetv2[@RES]"
+    )
+    tune.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board; default: start a loopback one here")
+    tune.add_argument("--key", help="device key at the tracker (default: the profile's rpc.key)")
+    tune.add_argument("--trials", type=int, help="total measurement budget for the model (default: the profile's tuning.trials)")
+    tune.add_argument("--db", metavar="URL", help="history database: a path or sqlite:///... URL (default: OUT/history.db)")
+    tune.add_argument("--out", metavar="DIR", help="output directory (default: ./edgetune-out/MODEL-PROFILE)")
+    tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
+    tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
+    tune.set_defaults(func=_run_tune)
+
+    from .profile.cli import add_profiles_parser
+
+    add_profiles_parser(sub)
+    return parser
+
+
+def _default_out(model: str, profile: str) -> Path:
+    stem = model.split(":", 1)[1] if model.startswith("demo:") else Path(model).stem
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{stem}-{profile}")
+    return Path("edgetune-out") / safe
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from .profile import load_profile
+    from .progress import RichProgress
+    from .tuning import TuneOptions, run_tune
+
+    profile = load_profile(args.profile)
+    if args.trials is not None and args.trials < 0:
+        raise EdgetuneError(f"--trials must be >= 0, got {args.trials} instead")
+    options = TuneOptions(
+        profile=profile,
+        model=args.model,
+        out_dir=Path(args.out) if args.out else _default_out(args.model, profile.name),
+        tracker=args.tracker,
+        key=args.key,
+        db=args.db,
+        trials=args.trials,
+        evaluate=not args.no_evaluate,
+    )
+    with RichProgress(quiet=args.quiet) as display:
+        summary = run_tune(options, sink=display)
+    display.print_summary(summary, options.out_dir)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TuningInterrupted as error:
+        print(f"edgetune: {error}", file=sys.stderr)
+        return error.exit_code
+    except EdgetuneError as error:
+        if os.environ.get("EDGETUNE_DEBUG"):
+            raise
+        print(f"edgetune: error: {_one_line(error)}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("edgetune: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(error: Any) -> str:
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return text or type(error).__name__
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

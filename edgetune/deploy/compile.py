@@ -1,0 +1,173 @@
+"""Compile a whole model (untuned, or with the history's best schedules) and run it on a board.
+
+Measurement goes through the same tracker and key as tuning, so the end-to-end
+numbers in a run's summary come from the device, not from the host.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..board.tracker import TrackerAddress, request_session
+from ..build.builder import _link_options
+from ..profile import DeviceProfile
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """End-to-end latency of one model run on the device, in milliseconds."""
+
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    min_ms: float
+    repeats: int
+
+    @classmethod
+    def from_seconds(cls, seconds: list[float]) -> "LatencyStats":
+        values = np.asarray(seconds, dtype=float) * 1e3
+        return cls(
+            mean_ms=float(values.mean()),
+            median_ms=float(np.median(values)),
+            std_ms=float(values.std()),
+            min_ms=float(values.min()),
+            repeats=len(values),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compile_model(mod: Any, target: Any, history: Any | None = None) -> Any:
+    """A Relax executable: with ``history``, tuned functions use its best records.
+
+    Without a history the default Relax pipeline builds every operator
+    unscheduled: that is the "untuned" baseline a summary compares against.
+    """
+    import tvm
+    from tvm import relax
+
+    if history is None:
+        with tvm.transform.PassContext(opt_level=3):
+            return relax.build(mod, target=target)
+    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
+
+    history.set_target_filter(target)
+    try:
+        return compile_relax(history, mod, target, params=None)
+    finally:
+        history.set_target_filter(None)
+
+
+def export_model(executable: Any, path: str | Path, profile: DeviceProfile) -> Path:
+    """Write a shared library linked with the profile's (cross) compiler."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # write then rename: an interrupted export never leaves a half-written artifact
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        executable.export_library(
+            tmp, fcompile=_link_options(profile.build.cross_compiler, tuple(profile.build.cross_compiler_flags))
+        )
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+@dataclass
+class BoardRun:
+    """Outputs and latency of one artifact run on the device."""
+
+    outputs: list[np.ndarray]
+    latency: LatencyStats
+
+
+def run_on_board(
+    address: TrackerAddress,
+    device_type: str,
+    artifact: str | Path,
+    inputs: list[np.ndarray],
+    *,
+    number: int = 5,
+    repeat: int = 5,
+    min_repeat_ms: int = 0,
+    session_timeout_sec: float = 300.0,
+) -> BoardRun:
+    """Upload ``artifact``, run ``main`` once for outputs, then time it.
+
+    A Relax VM over RPC is driven with ``set_input`` + ``invoke_stateful``.
+    """
+    session = request_session(address, session_timeout_sec=session_timeout_sec)
+    try:
+        return _run_in_session(session, device_type, artifact, inputs, number, repeat, min_repeat_ms)
+    finally:
+        # The server serves one session at a time and the tracker hands the
+        # device out again only once the session's last remote object is gone.
+        del session
+        gc.collect()
+
+
+def _run_in_session(
+    session: Any, device_type: str, artifact: str | Path, inputs: list[np.ndarray], number: int, repeat: int, min_repeat_ms: int
+) -> BoardRun:
+    import tvm
+    from tvm import relax
+
+    remote_name = f"edgetune-model-{os.getpid()}-{time.monotonic_ns()}.so"
+    session.upload(str(artifact), remote_name)
+    try:
+        rt_mod = session.load_module(remote_name)
+        device = session.device(device_type, 0)
+        vm = relax.VirtualMachine(rt_mod, device)
+        args = [tvm.runtime.tensor(x, device=device) for x in inputs]
+        vm.set_input("main", *args)
+        vm.invoke_stateful("main")
+        outputs = _to_numpy(vm.get_outputs("main"))
+        timer = vm.time_evaluator("invoke_stateful", device, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        seconds = [float(r) for r in timer("main").results]
+        return BoardRun(outputs=outputs, latency=LatencyStats.from_seconds(seconds))
+    finally:
+        try:
+            session.remove(remote_name)
+        except Exception:  # best effort; the server's temp dir is removed with it
+            pass
+
+
+def _to_numpy(value: Any) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out: list[np.ndarray] = []
+    for item in value:
+        out.extend(_to_numpy(item))
+    return out
+
+
+def compare_outputs(reference: list[np.ndarray], candidate: list[np.ndarray], rtol: float = 1e-3, atol: float = 1e-4) -> tuple[bool, float]:
+    """Whether two output lists agree within tolerance, and the largest absolute difference.
+
+    ``atol`` is scaled by the magnitude of the reference so that models with
+    large activations are not held to an absolute 1e-4.
+    """
+    if len(reference) != len(candidate):
+        return False, float("inf")
+    worst = 0.0
+    ok = True
+    for ref, got in zip(reference, candidate):
+        if ref.shape != got.shape:
+            return False, float("inf")
+        diff = float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64)))) if ref.size else 0.0
+        worst = max(worst, diff)
+        scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
+        ok = ok and bool(np.allclose(got, ref, rtol=rtol, atol=atol * scale))
+    return ok, worst

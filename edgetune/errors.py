@@ -1,0 +1,61 @@
+"""One error hierarchy for edgetune.
+
+Every error edgetune raises on purpose is an :class:`EdgetuneError`, and also a
+subclass of the built-in exception a caller would naturally catch (a bad profile
+is a ``ValueError``, an unreachable tracker a ``ConnectionError``...). The CLI
+prints ``str(error)`` as one line and exits non-zero; messages therefore name
+what was expected, what was found, and how to diagnose it.
+"""
+
+from __future__ import annotations
+
+
+class EdgetuneError(Exception):
+    """Base class of every error edgetune raises deliberately."""
+
+    #: process exit code used by the CLI for this kind of error
+    exit_code: int = 1
+
+
+class ProfileError(EdgetuneError, ValueError):
+    """A device profile is missing, malformed or inconsistent."""
+
+    exit_code = 2
+
+
+class ModelError(EdgetuneError, ValueError):
+    """A model file or model name cannot be loaded."""
+
+    exit_code = 2
+
+
+class TargetError(EdgetuneError, ValueError):
+    """The installed TVM cannot build for the profile's target."""
+
+    exit_code = 2
+
+
+class BoardError(EdgetuneError, ConnectionError):
+    """A tracker, RPC server or board cannot be reached or used."""
+
+    exit_code = 3
+
+
+class TrackerUnreachableError(BoardError):
+    """Nothing answers at the tracker address."""
+
+
+class NoFreeDeviceError(BoardError):
+    """The tracker answers but has no free device under the requested key."""
+
+
+class HistoryError(EdgetuneError, RuntimeError):
+    """The history database cannot be opened, read or written."""
+
+    exit_code = 4
+
+
+class TuningInterrupted(EdgetuneError, KeyboardInterrupt):
+    """Tuning was stopped by the user; finished measurements are kept."""
+
+    exit_code = 130

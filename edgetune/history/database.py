@@ -1,0 +1,641 @@
+"""The tuning history: a MetaSchedule database kept in SQL.
+
+MetaSchedule's own databases are a pair of append-only JSON files (or memory).
+edgetune needs more: several boards' results in one file, resumable runs that
+never re-measure a candidate, and a database that survives a crash mid-run. So
+the history is a :class:`ms.database.PyDatabase` whose rows live in SQL, written
+with SQLAlchemy Core only so that the same code runs on SQLite today and on
+PostgreSQL later.
+
+Every write is its own transaction: an interrupted run keeps every finished
+measurement and never leaves half a record behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import tvm
+import tvm_ffi
+from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.schedule import Trace
+from tvm.target import Target
+
+from edgetune import __version__
+from edgetune.errors import HistoryError
+from edgetune.history.schema import SCHEMA_VERSION, meta, metadata, records, workloads
+
+#: MetaSchedule's stub run time for "no valid measurement" (AddToDatabase uses it).
+FAILED_RUN_SEC = 1e10
+#: Any run time at or above this is a failure stub, not a measurement.
+_FAILURE_THRESHOLD = 1e9
+#: Error text stored when a failed record is committed without a message.
+_UNKNOWN_FAILURE = "failed"
+#: File names MetaSchedule's JSONDatabase uses inside a work_dir.
+WORKLOAD_FILE = "database_workload.json"
+TUNING_RECORD_FILE = "database_tuning_record.json"
+
+# MetaSchedule calls the history through C++; registered, a HistoryError raised in
+# a callback reaches the Python caller as a HistoryError, not a bare RuntimeError.
+tvm_ffi.register_error(HistoryError)
+
+_SUPPORTED = "a file path, sqlite:///PATH or postgresql://USER@HOST/DBNAME"
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_RECORD_COLUMNS = (
+    records.c.id,
+    records.c.workload_id,
+    records.c.trace_json,
+    records.c.run_secs_json,
+    records.c.target_json,
+    records.c.args_info_json,
+    records.c.error,
+)
+
+
+def _canonical(obj: Any) -> str:
+    """JSON text that is equal exactly when the values are equal."""
+    return json.dumps(obj, sort_keys=True)
+
+
+def _plain(obj: Any) -> Any:
+    """Turn TVM containers (``Target.export()`` output) into plain JSON values."""
+    if isinstance(obj, tvm_ffi.Map | dict):
+        return {str(key): _plain(value) for key, value in obj.items()}
+    if isinstance(obj, tvm_ffi.Array | list | tuple):
+        return [_plain(value) for value in obj]
+    return obj
+
+
+def _target_json(target: Target) -> str:
+    """Canonical JSON of a target, as TuningRecord.as_json() writes it."""
+    return _canonical(_plain(target.export()))
+
+
+def _is_failed(run_secs: Sequence[float] | None) -> bool:
+    """True when MetaSchedule committed a failure stub instead of run times."""
+    return not run_secs or any(
+        not math.isfinite(sec) or sec >= _FAILURE_THRESHOLD for sec in run_secs
+    )
+
+
+def _has_schedule(trace_json: Any) -> bool:
+    """Mirror TVM's TuningRecord::IsValid: a trace needs an instruction before postprocessing."""
+    insts = trace_json[0]
+    return bool(insts) and insts[0][0] != "EnterPostproc"
+
+
+def _one_line(err: BaseException) -> str:
+    """The driver's own message, first line only, for a one-line HistoryError."""
+    cause = getattr(err, "orig", None) or err
+    text = str(cause).strip()
+    return text.splitlines()[0] if text else type(cause).__name__
+
+
+def _parse_location(url_or_path: str) -> tuple[URL, str]:
+    """Return the SQLAlchemy URL and the name used in error messages."""
+    if "://" not in url_or_path:
+        path = Path(url_or_path).expanduser().resolve()
+        return URL.create("sqlite", database=str(path)), url_or_path
+    try:
+        url = make_url(url_or_path)
+    except ArgumentError:
+        raise HistoryError(f"{url_or_path}: not a database URL; use {_SUPPORTED}") from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return url, url.database or ":memory:"
+    if backend in ("postgresql", "postgres"):
+        if "+" not in url.drivername:
+            # SQLAlchemy's default PostgreSQL driver is psycopg2; edgetune ships psycopg 3.
+            url = url.set(drivername="postgresql+psycopg")
+        return url, url.render_as_string(hide_password=True)
+    shown = url.render_as_string(hide_password=True)
+    raise HistoryError(
+        f"{shown}: unsupported history database '{backend}'; "
+        f"supported: sqlite and postgresql ({_SUPPORTED})"
+    )
+
+
+def _create_engine(url: URL, name: str, read_only: bool) -> Engine:
+    """An engine with the SQLite pragmas the history relies on."""
+    if url.get_backend_name() != "sqlite":
+        try:
+            return sa.create_engine(url, pool_pre_ping=True)
+        except ImportError as err:
+            raise HistoryError(
+                f"{name}: no PostgreSQL driver ({err}); install edgetune[postgres]"
+            ) from None
+    if url.database in (None, "", ":memory:"):
+        # One shared connection, otherwise every pooled connection is a new empty database.
+        engine = sa.create_engine(
+            url, poolclass=StaticPool, connect_args={"check_same_thread": False}
+        )
+    else:
+        path = Path(url.database)
+        if read_only and not path.is_file():
+            raise HistoryError(f"{name}: no such tuning history file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise HistoryError(f"{name}: cannot create its directory: {err}") from None
+        engine = sa.create_engine(url)
+
+    def set_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if not read_only:
+                # Readers never block the tuner's writes, and a crash loses no commit.
+                cursor.execute("PRAGMA journal_mode = WAL")
+        finally:
+            cursor.close()
+
+    sa.event.listen(engine, "connect", set_pragmas)
+    return engine
+
+
+@dataclass
+class _Workload:
+    """One distinct IRModule: the Workload handed to TVM and every row that holds it.
+
+    Two processes committing the same new module at once may each insert a row;
+    both rows are the same workload, so queries cover all of ``ids``.
+    """
+
+    workload: Workload
+    shash: str
+    ids: list[int] = field(default_factory=list)
+
+
+@derived_object
+class HistoryDatabase(ms.database.PyDatabase):
+    """MetaSchedule database over SQL tables; see :func:`open_history`.
+
+    Stock MetaSchedule databases ignore the target when they pick a best record.
+    One history may hold several boards' results, so :meth:`set_target_filter`
+    restricts ``get_top_k``, ``get_all_tuning_records`` and ``len()`` (and hence
+    ``query_schedule``/``compile_relax``) to one target's records.
+    """
+
+    def __init__(self, url_or_path: str, *, board_id: str = "", read_only: bool = False) -> None:
+        url, name = _parse_location(url_or_path)
+        self._url = url
+        self._name = name
+        self._board_id = board_id
+        self._read_only = read_only
+        self._target_filter: str | None = None
+        self._by_id: dict[int, _Workload] = {}
+        self._by_shash: dict[str, list[_Workload]] = {}
+        self._by_handle: dict[int, _Workload] = {}
+        # rebuilding a record replays its trace, so keep them; key: row id
+        self._record_cache: dict[
+            int, tuple[tuple[str | None, str | None], TuningRecord]
+        ] = {}
+        self._engine: Engine | None = _create_engine(url, name, read_only)
+        try:
+            self._open_tables()
+        except HistoryError:
+            self._engine.dispose()
+            raise
+
+    # ------------------------------------------------------------------ opening
+
+    def _open_tables(self) -> None:
+        """Check the schema version, or create the tables in an empty database."""
+        assert self._engine is not None
+        dbapi_error = self._engine.dialect.loaded_dbapi.Error
+        last_error: BaseException | None = None
+        # A second attempt covers another process creating the tables at the same moment.
+        for _attempt in range(2):
+            try:
+                with self._engine.connect() as conn:
+                    tables = set(sa.inspect(conn).get_table_names())
+                    if "meta" in tables:
+                        self._check_version(conn)
+                        return
+                if tables:
+                    raise HistoryError(
+                        f"{self._name}: a database, but not an edgetune tuning history "
+                        f"(its tables: {', '.join(sorted(tables))})"
+                    )
+                if self._read_only:
+                    raise HistoryError(f"{self._name}: empty database, no tuning history to read")
+                with self._engine.begin() as conn:
+                    metadata.create_all(conn)
+                    conn.execute(
+                        meta.insert(),
+                        [
+                            {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                            {
+                                "key": "created_at",
+                                "value": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                            },
+                            {
+                                "key": "created_by",
+                                "value": f"edgetune {__version__}, tvm {tvm.__version__}",
+                            },
+                        ],
+                    )
+                return
+            except (SQLAlchemyError, dbapi_error) as err:
+                last_error = err
+        assert last_error is not None
+        raise HistoryError(
+            f"{self._name}: cannot open as a tuning history ({_one_line(last_error)})"
+        ) from None
+
+    def _check_version(self, conn: Connection) -> None:
+        value = conn.execute(
+            sa.select(meta.c.value).where(meta.c.key == "schema_version")
+        ).scalar_one_or_none()
+        try:
+            version = int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise HistoryError(
+                f"{self._name}: tuning history without a valid schema version ({value!r})"
+            ) from None
+        if version != SCHEMA_VERSION:
+            raise HistoryError(
+                f"{self._name}: history schema version {version}, this edgetune reads version "
+                f"{SCHEMA_VERSION}; export it with the edgetune that wrote it"
+            )
+
+    @contextmanager
+    def _access(self, action: str, *, write: bool = False) -> Iterator[Engine]:
+        """The engine, with driver errors turned into one-line HistoryErrors."""
+        if self._engine is None:
+            raise HistoryError(f"{self._name}: tuning history is closed")
+        if write and self._read_only:
+            raise HistoryError(f"{self._name}: opened read-only, cannot {action}")
+        try:
+            yield self._engine
+        except SQLAlchemyError as err:
+            raise HistoryError(f"{self._name}: cannot {action}: {_one_line(err)}") from err
+
+    # ---------------------------------------------------------------- workloads
+
+    def _match(self, shash: str, mod: IRModule) -> _Workload | None:
+        for entry in self._by_shash.get(shash, ()):
+            if tvm_ffi.structural_equal(entry.workload.mod, mod):
+                return entry
+        return None
+
+    def _attach(self, row_id: int, shash: str, mod: IRModule) -> _Workload:
+        """Record that row ``row_id`` holds ``mod``, reusing an equal known workload."""
+        entry = self._match(shash, mod)
+        if entry is None:
+            entry = _Workload(Workload(mod), shash)
+            self._by_shash.setdefault(shash, []).append(entry)
+            self._by_handle[entry.workload.__chandle__()] = entry
+        entry.ids.append(row_id)
+        entry.ids.sort()
+        self._by_id[row_id] = entry
+        return entry
+
+    def _load_workload_rows(self, conn: Connection, condition: Any) -> None:
+        rows = conn.execute(
+            sa.select(workloads.c.id, workloads.c.shash, workloads.c.mod_json)
+            .where(condition)
+            .order_by(workloads.c.id)
+        ).all()
+        for row in rows:
+            if row.id not in self._by_id:
+                self._attach(row.id, row.shash, tvm.ir.load_json(row.mod_json))
+
+    def _find_mod(self, conn: Connection, mod: IRModule) -> _Workload | None:
+        shash = str(tvm_ffi.structural_hash(mod))
+        entry = self._match(shash, mod)
+        if entry is None:
+            self._load_workload_rows(conn, workloads.c.shash == shash)
+            entry = self._match(shash, mod)
+        return entry
+
+    def _find(self, conn: Connection, workload: Workload | IRModule) -> _Workload | None:
+        if isinstance(workload, IRModule):
+            return self._find_mod(conn, workload)
+        entry = self._by_handle.get(workload.__chandle__())
+        return entry if entry is not None else self._find_mod(conn, workload.mod)
+
+    def _entries(self, conn: Connection, ids: Iterable[int]) -> dict[int, _Workload]:
+        missing = sorted(set(ids) - self._by_id.keys())
+        if missing:
+            self._load_workload_rows(conn, workloads.c.id.in_(missing))
+        return self._by_id
+
+    def _commit(self, engine: Engine, workload: Workload | IRModule) -> _Workload:
+        with engine.connect() as conn:
+            entry = self._find(conn, workload)
+        if entry is not None:
+            return entry
+        if self._read_only:
+            raise HistoryError(f"{self._name}: opened read-only, cannot add a workload")
+        mod = workload if isinstance(workload, IRModule) else workload.mod
+        shash = str(tvm_ffi.structural_hash(mod))
+        with engine.begin() as conn:
+            row_id = conn.execute(
+                workloads.insert().values(
+                    shash=shash, mod_json=tvm.ir.save_json(mod), created_at=time.time()
+                )
+            ).inserted_primary_key[0]
+        return self._attach(row_id, shash, mod)
+
+    def has_workload(self, mod: IRModule) -> bool:
+        with self._access("read workloads") as engine, engine.connect() as conn:
+            return self._find_mod(conn, mod) is not None
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        # Not write=True: the stock query_* call commit_workload on known workloads,
+        # which must work on a read-only history.
+        with self._access("commit a workload") as engine:
+            return self._commit(engine, mod).workload
+
+    # ------------------------------------------------------------------ records
+
+    @staticmethod
+    def _record_json(row: Row) -> list[Any]:
+        """TuningRecord.as_json() layout; failed records read back with the failure stub."""
+        failed = row.error is not None
+        run_secs = [FAILED_RUN_SEC] if failed else json.loads(row.run_secs_json or "null")
+        return [
+            json.loads(row.trace_json),
+            run_secs,
+            json.loads(row.target_json),
+            json.loads(row.args_info_json),
+        ]
+
+    def _to_records(self, conn: Connection, rows: Sequence[Row]) -> list[TuningRecord]:
+        entries = self._entries(conn, {row.workload_id for row in rows})
+        result = []
+        for row in rows:
+            stamp = (row.run_secs_json, row.error)
+            cached = self._record_cache.get(row.id)
+            if cached is None or cached[0] != stamp:
+                record = TuningRecord.from_json(
+                    self._record_json(row), entries[row.workload_id].workload
+                )
+                cached = self._record_cache[row.id] = (stamp, record)
+            result.append(cached[1])
+        return result
+
+    def _filtered(self, stmt: sa.Select) -> sa.Select:
+        if self._target_filter is None:
+            return stmt
+        return stmt.where(records.c.target_json == self._target_filter)
+
+    def _commit_record(self, record: TuningRecord, error: str | None) -> None:
+        trace_json, run_secs, target_cfg, args_info = record.as_json()
+        failed = error is not None or _is_failed(run_secs)
+        trace_text = _canonical(trace_json)
+        update = {
+            "run_secs_json": None if run_secs is None else _canonical(run_secs),
+            "mean_run_sec": (
+                None
+                if failed or not _has_schedule(trace_json)
+                else sum(run_secs) / len(run_secs)
+            ),
+            "error": (error or _UNKNOWN_FAILURE) if failed else None,
+            "board_id": self._board_id,
+            "tvm_version": tvm.__version__,
+            "created_at": time.time(),
+        }
+        with self._access("commit a tuning record", write=True) as engine:
+            workload_id = self._commit(engine, record.workload).ids[0]
+            key = {
+                "workload_id": workload_id,
+                "target_json": _canonical(target_cfg),
+                "candidate_hash": hashlib.sha256(trace_text.encode()).hexdigest(),
+            }
+            try:
+                with engine.begin() as conn:
+                    conn.execute(
+                        records.insert().values(
+                            **key,
+                            **update,
+                            target_kind=target_cfg["kind"] if target_cfg else "",
+                            trace_json=trace_text,
+                            args_info_json=_canonical(args_info),
+                        )
+                    )
+            except IntegrityError:
+                # The candidate was measured before: keep one row with the newest result.
+                with engine.begin() as conn:
+                    updated = conn.execute(
+                        records.update()
+                        .where(*(records.c[name] == value for name, value in key.items()))
+                        .values(**update)
+                    ).rowcount
+                if updated != 1:
+                    raise
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        """Store a measurement; run_secs None or >= 1e9 (MetaSchedule's stub) is a failure."""
+        self._commit_record(record, None)
+
+    def commit_tuning_record_with_error(self, record: TuningRecord, error: str) -> None:
+        """Store a failed measurement together with why it failed."""
+        self._commit_record(record, error)
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        if top_k < 0:
+            raise ValueError(f"top_k must be non-negative, got {top_k}")
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            entry = self._find(conn, workload)
+            if entry is None or top_k == 0:
+                return []
+            rows = conn.execute(
+                self._filtered(
+                    sa.select(*_RECORD_COLUMNS).where(
+                        records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None)
+                    )
+                )
+                .order_by(records.c.mean_run_sec, records.c.id)
+                .limit(top_k)
+            ).all()
+            return self._to_records(conn, rows)
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            rows = conn.execute(
+                self._filtered(sa.select(*_RECORD_COLUMNS)).order_by(records.c.id)
+            ).all()
+            return self._to_records(conn, rows)
+
+    def __len__(self) -> int:
+        with self._access("count tuning records") as engine, engine.connect() as conn:
+            stmt = self._filtered(sa.select(sa.func.count()).select_from(records))
+            return int(conn.execute(stmt).scalar_one())
+
+    # ------------------------------------------------------------ edgetune API
+
+    def set_target_filter(self, target: Target | None) -> None:
+        """Let MetaSchedule see only ``target``'s records (None: all targets, stock behaviour).
+
+        A history shared by several boards holds one best record per board; without
+        the filter ``compile_relax`` could apply another board's schedule.
+        """
+        self._target_filter = None if target is None else _target_json(target)
+
+    def count_records(
+        self,
+        workload: Workload | IRModule | None = None,
+        target: Target | None = None,
+        successful_only: bool = False,
+    ) -> int:
+        """Number of records, optionally of one workload/target; ignores the target filter."""
+        stmt = sa.select(sa.func.count()).select_from(records)
+        if target is not None:
+            stmt = stmt.where(records.c.target_json == _target_json(target))
+        if successful_only:
+            stmt = stmt.where(records.c.mean_run_sec.is_not(None))
+        with self._access("count tuning records") as engine, engine.connect() as conn:
+            if workload is not None:
+                entry = self._find(conn, workload)
+                if entry is None:
+                    return 0
+                stmt = stmt.where(records.c.workload_id.in_(entry.ids))
+            return int(conn.execute(stmt).scalar_one())
+
+    def _candidate(
+        self, workload: Workload | IRModule, target: Target, trace: Trace
+    ) -> Row | None:
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            entry = self._find(conn, workload)
+            if entry is None:
+                return None
+            # Serialise exactly as a committed record would be, so the hashes agree.
+            trace_json, _, target_cfg, _ = TuningRecord(
+                trace, entry.workload, None, target
+            ).as_json()
+            digest = hashlib.sha256(_canonical(trace_json).encode()).hexdigest()
+            return conn.execute(
+                sa.select(records.c.run_secs_json, records.c.error)
+                .where(
+                    records.c.workload_id.in_(entry.ids),
+                    records.c.target_json == _canonical(target_cfg),
+                    records.c.candidate_hash == digest,
+                )
+                .order_by(records.c.id)
+                .limit(1)
+            ).first()
+
+    def has_candidate(
+        self, workload: Workload | IRModule, target: Target, trace: Trace
+    ) -> bool:
+        """Whether this exact trace was already measured on ``target`` (failed or not)."""
+        return self._candidate(workload, target, trace) is not None
+
+    def lookup_run_secs(
+        self, workload: Workload | IRModule, target: Target, trace: Trace
+    ) -> list[float] | None:
+        """Stored run times of a measured candidate, ``[1e10]`` if it failed, None if unknown.
+
+        A resumed run hands these back to MetaSchedule instead of measuring again.
+        """
+        row = self._candidate(workload, target, trace)
+        if row is None:
+            return None
+        if row.error is not None:
+            return [FAILED_RUN_SEC]
+        return [float(sec) for sec in json.loads(row.run_secs_json)]
+
+    def best_record(
+        self, workload: Workload | IRModule, target: Target
+    ) -> TuningRecord | None:
+        """The fastest successful record of ``workload`` on ``target``; ignores the filter."""
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            entry = self._find(conn, workload)
+            if entry is None:
+                return None
+            rows = conn.execute(
+                sa.select(*_RECORD_COLUMNS)
+                .where(
+                    records.c.workload_id.in_(entry.ids),
+                    records.c.target_json == _target_json(target),
+                    records.c.mean_run_sec.is_not(None),
+                )
+                .order_by(records.c.mean_run_sec, records.c.id)
+                .limit(1)
+            ).all()
+            return self._to_records(conn, rows)[0] if rows else None
+
+    def export_json(self, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
+        """Write MetaSchedule JSONDatabase files (workloads, records) into ``directory``.
+
+        The files are written by TVM's own JSONDatabase, so stock MetaSchedule reads
+        them back exactly. Every workload is exported, and the records the target
+        filter lets through; existing files of the same names are replaced.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._access("export tuning records") as engine, engine.connect() as conn:
+            ids = conn.execute(sa.select(workloads.c.id)).scalars().all()
+            entries = self._entries(conn, ids)
+            rows = conn.execute(
+                self._filtered(sa.select(*_RECORD_COLUMNS)).order_by(records.c.id)
+            ).all()
+            tuning_records = self._to_records(conn, rows)
+        staging = Path(tempfile.mkdtemp(prefix=".edgetune-export-", dir=directory))
+        try:
+            json_db = ms.database.JSONDatabase(
+                path_workload=str(staging / WORKLOAD_FILE),
+                path_tuning_record=str(staging / TUNING_RECORD_FILE),
+                allow_missing=True,
+            )
+            unique = {id(entry): entry for entry in entries.values()}.values()
+            for entry in sorted(unique, key=lambda entry: entry.ids[0]):
+                json_db.commit_workload(entry.workload.mod)
+            for record in tuning_records:
+                json_db.commit_tuning_record(record)
+            result = (directory / WORKLOAD_FILE, directory / TUNING_RECORD_FILE)
+            os.replace(staging / WORKLOAD_FILE, result[0])
+            os.replace(staging / TUNING_RECORD_FILE, result[1])
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return result
+
+    @property
+    def url(self) -> str:
+        """The database URL, password masked."""
+        return self._url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        """Release the database connections; the history cannot be used afterwards.
+
+        Not a context manager: ``with db:`` is MetaSchedule's "use this database for
+        compile_relax" scope, inherited from ``ms.database.Database``.
+        """
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+
+def open_history(
+    url_or_path: str, *, board_id: str = "", read_only: bool = False
+) -> HistoryDatabase:
+    """Open (creating if needed) a tuning history usable as a MetaSchedule database.
+
+    ``url_or_path`` is a file path (an SQLite file), ``sqlite:///PATH`` or
+    ``postgresql://...``. ``board_id`` is stored with every record this handle
+    writes. ``read_only`` refuses every write, for compiling from a shared history.
+    """
+    return HistoryDatabase(url_or_path, board_id=board_id, read_only=read_only)

@@ -1,0 +1,68 @@
+"""Tables of the tuning history, in portable SQLAlchemy Core.
+
+Only portable column types are used so that the same tables work on SQLite and
+PostgreSQL. Times are Unix seconds (``Double``), which every backend stores and
+compares the same way. JSON is stored as canonical text
+(``json.dumps(..., sort_keys=True)``) rather than a JSON column type, because
+equality on the text is what the unique constraint and the target filter need.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+#: Bump when a table or the meaning of a column changes; a history file written
+#: with another version is refused instead of being misread.
+SCHEMA_VERSION = 1
+
+metadata = sa.MetaData()
+
+#: Key/value facts about the file itself: ``schema_version``, ``created_at``,
+#: ``created_by``.
+meta = sa.Table(
+    "meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+#: One row per distinct IRModule. ``shash`` is only a bucket: two rows are the
+#: same workload when their modules are structurally equal.
+workloads = sa.Table(
+    "workloads",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("shash", sa.String(20), nullable=False, index=True),
+    sa.Column("mod_json", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+#: One row per measured candidate (workload, target, trace). ``mean_run_sec`` is
+#: NULL for records MetaSchedule must never pick: failed measurements and traces
+#: without any scheduling instruction (TVM's ``TuningRecord::IsValid``).
+records = sa.Table(
+    "records",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "workload_id",
+        sa.Integer,
+        sa.ForeignKey("workloads.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("target_json", sa.Text, nullable=False),
+    sa.Column("target_kind", sa.String(64), nullable=False),
+    sa.Column("trace_json", sa.Text, nullable=False),
+    sa.Column("candidate_hash", sa.String(64), nullable=False),
+    sa.Column("run_secs_json", sa.Text, nullable=True),
+    sa.Column("mean_run_sec", sa.Double, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("args_info_json", sa.Text, nullable=False),
+    sa.Column("board_id", sa.String(255), nullable=False),
+    sa.Column("tvm_version", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.UniqueConstraint(
+        "workload_id", "target_json", "candidate_hash", name="uq_records_candidate"
+    ),
+    sa.Index("ix_records_best", "workload_id", "target_json", "mean_run_sec"),
+)

@@ -1,0 +1,502 @@
+"""The device profile data model and its strict validation.
+
+A profile is plain data (one TOML file) that every later stage reads: the TVM
+target, how to cross-compile, how to reach and measure the board, and the tuning
+defaults. Validation is strict and eager so that a typo fails at load time with
+a one-line message, not hours later inside a tuning run.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import math
+import platform
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgetune.errors import ProfileError
+
+if TYPE_CHECKING:
+    import tvm
+
+#: ``tvm.runtime.Device`` kinds a board can expose over RPC.
+RPC_DEVICES = ("cpu", "cuda", "opencl", "vulkan", "metal")
+#: Cost models ``edgetune tune`` knows how to build.
+COST_MODELS = ("xgb", "random")
+#: MetaSchedule search strategies.
+SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
+#: MetaSchedule task schedulers.
+TASK_SCHEDULERS = ("gradient", "round-robin")
+#: The RPC device each target kind runs on; kinds not listed need an explicit ``rpc.device``.
+DEVICE_FOR_KIND = {
+    "llvm": "cpu",
+    "c": "cpu",
+    "cuda": "cuda",
+    "opencl": "opencl",
+    "vulkan": "vulkan",
+    "metal": "metal",
+}
+#: Target kinds whose code runs on the CPU itself (no separate host target).
+CPU_KINDS = ("llvm", "c")
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How candidates are compiled on the host."""
+
+    cross_compiler: str = ""
+    cross_compiler_flags: tuple[str, ...] = ()
+    timeout_sec: float = 60.0
+    workers: int = 0
+
+
+@dataclass(frozen=True)
+class RPCSettings:
+    """How the board is reached through the RPC tracker."""
+
+    key: str
+    device: str
+    session_timeout_sec: float = 120.0
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How each built candidate is timed on the board."""
+
+    number: int = 10
+    repeat: int = 3
+    min_repeat_ms: int = 50
+    cooldown_sec: float = 0.0
+    enable_cpu_cache_flush: bool = False
+    timeout_sec: float = 30.0
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """Default search budget and MetaSchedule components for ``edgetune tune``."""
+
+    trials: int = 256
+    num_trials_per_iter: int = 16
+    max_trials_per_task: int = 0
+    cost_model: str = "xgb"
+    search_strategy: str = "evolutionary"
+    task_scheduler: str = "gradient"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """Facts about the board that TVM's target does not carry."""
+
+    arch: str
+    peak_gflops: float | None = None
+    num_threads: int = 1
+    core_affinity: tuple[int, ...] = ()
+
+
+# --------------------------------------------------------------------------- value checks
+
+
+class _Mismatch(Exception):
+    """A value does not fit its key; ``hint`` (if any) is appended to the message."""
+
+    def __init__(self, hint: str = "") -> None:
+        super().__init__(hint)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One key: what it must be (for messages), how to check/convert it, its default."""
+
+    expected: str
+    convert: Callable[[Any], Any]
+    default: Any = None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integer(minimum: int | None = None, default: Any = None) -> _Spec:
+    def convert(value: Any) -> int:
+        if not _is_int(value) or (minimum is not None and value < minimum):
+            raise _Mismatch
+        return value
+
+    expected = "an integer" if minimum is None else f"an integer >= {minimum}"
+    return _Spec(expected, convert, default)
+
+
+def _number(*, above: float | None = None, at_least: float | None = None, default: Any = None) -> _Spec:
+    """A finite float; ints are accepted (TOML writes ``60`` as readily as ``60.0``)."""
+
+    def convert(value: Any) -> float:
+        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+            raise _Mismatch
+        if (above is not None and value <= above) or (at_least is not None and value < at_least):
+            raise _Mismatch
+        return float(value)
+
+    bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+    return _Spec(f"a number{bound}", convert, default)
+
+
+def _string(choices: tuple[str, ...] = (), default: Any = None) -> _Spec:
+    def convert(value: Any) -> str:
+        if not isinstance(value, str):
+            raise _Mismatch
+        if choices and value not in choices:
+            close = difflib.get_close_matches(value, choices, n=1)
+            raise _Mismatch(f" (did you mean '{close[0]}'?)" if close else "")
+        return value
+
+    expected = "one of " + ", ".join(f"'{c}'" for c in choices) if choices else "a string"
+    return _Spec(expected, convert, default)
+
+
+def _nonempty_string(default: Any = None) -> _Spec:
+    def convert(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise _Mismatch
+        return value
+
+    return _Spec("a non-empty string", convert, default)
+
+
+def _boolean(default: bool) -> _Spec:
+    def convert(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise _Mismatch
+        return value
+
+    return _Spec("a boolean (true or false)", convert, default)
+
+
+def _string_list(default: tuple[str, ...] = ()) -> _Spec:
+    def convert(value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _Mismatch
+        return tuple(value)
+
+    return _Spec("a list of strings", convert, default)
+
+
+def _cpu_list(default: tuple[int, ...] = ()) -> _Spec:
+    def convert(value: Any) -> tuple[int, ...]:
+        if not isinstance(value, list) or not all(_is_int(v) and v >= 0 for v in value):
+            raise _Mismatch
+        if len(set(value)) != len(value):
+            raise _Mismatch
+        return tuple(value)
+
+    return _Spec("a list of distinct integers >= 0", convert, default)
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise _Mismatch
+    return value
+
+
+_NAME_SPEC = _Spec("a non-empty string of letters, digits, '.', '_' or '-'", _name)
+_DESCRIPTION_SPEC = _string(default="")
+
+#: Keys whose default depends on other keys; filled in by :func:`parse_profile`.
+_DERIVED = object()
+
+#: Every table of a profile except [target]/[host_target], key -> spec (with default).
+SECTIONS: dict[str, dict[str, _Spec]] = {
+    "build": {
+        "cross_compiler": _string(default=""),
+        "cross_compiler_flags": _string_list(),
+        "timeout_sec": _number(above=0, default=60.0),
+        "workers": _integer(0, default=0),
+    },
+    "rpc": {
+        "key": _nonempty_string(default=_DERIVED),
+        "device": _string(RPC_DEVICES, default=_DERIVED),
+        "session_timeout_sec": _number(above=0, default=120.0),
+    },
+    "measure": {
+        "number": _integer(1, default=10),
+        "repeat": _integer(1, default=3),
+        "min_repeat_ms": _integer(0, default=50),
+        "cooldown_sec": _number(at_least=0, default=0.0),
+        "enable_cpu_cache_flush": _boolean(False),
+        "timeout_sec": _number(above=0, default=30.0),
+    },
+    "tuning": {
+        "trials": _integer(1, default=256),
+        "num_trials_per_iter": _integer(1, default=16),
+        "max_trials_per_task": _integer(0, default=0),
+        "cost_model": _string(COST_MODELS, default="xgb"),
+        "search_strategy": _string(SEARCH_STRATEGIES, default="evolutionary"),
+        "task_scheduler": _string(TASK_SCHEDULERS, default="gradient"),
+        "seed": _integer(default=0),
+    },
+    "device": {
+        "arch": _nonempty_string(default=_DERIVED),
+        "peak_gflops": _number(above=0, default=None),
+        "num_threads": _integer(1, default=_DERIVED),
+        "core_affinity": _cpu_list(),
+    },
+}
+_SECTION_CLASSES = {
+    "build": BuildSettings,
+    "rpc": RPCSettings,
+    "measure": MeasureSettings,
+    "tuning": TuningSettings,
+    "device": DeviceSettings,
+}
+TOP_LEVEL_KEYS = ("name", "description", "target", "host_target", *SECTIONS)
+#: Every valid dotted key of the fixed tables, for suggestions and docs.
+ALL_KEYS = tuple(f"{section}.{key}" for section, specs in SECTIONS.items() for key in specs)
+
+
+# --------------------------------------------------------------------------- the profile
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One validated device profile; build it with :func:`parse_profile` or the loader."""
+
+    name: str
+    description: str
+    source: Path | None
+    target: dict[str, Any]
+    host_target: dict[str, Any] | None
+    build: BuildSettings
+    rpc: RPCSettings
+    measure: MeasureSettings
+    tuning: TuningSettings
+    device: DeviceSettings
+    #: the data as written, so overrides re-derive defaults (``rpc.key`` follows ``name``...)
+    _raw: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def origin(self) -> str:
+        """Where the profile came from, as error messages name it."""
+        return str(self.source) if self.source is not None else f"profile '{self.name}'"
+
+    @property
+    def is_cross_compiled(self) -> bool:
+        """True when candidates are linked with ``build.cross_compiler`` rather than the host's."""
+        return bool(self.build.cross_compiler)
+
+    def tvm_target(self) -> tvm.target.Target:
+        """The ``tvm.target.Target`` (with host); raises ``TargetError`` if TVM rejects it."""
+        from edgetune.profile import tvm_support
+
+        return tvm_support.build_target(self)
+
+    def check_buildable(self) -> None:
+        """Raise ``TargetError`` unless this machine can compile candidates for the profile."""
+        from edgetune.profile import tvm_support
+
+        tvm_support.check_buildable(self)
+
+    def with_overrides(self, **sections: Any) -> DeviceProfile:
+        """A copy with tables merged key by key (``tuning={"trials": 8}``), validated like a file."""
+        merged = copy.deepcopy(dict(self._raw if self._raw is not None else self.to_dict()))
+        for key, value in sections.items():
+            value = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key].update(value)
+            else:
+                merged[key] = value
+        return parse_profile(merged, origin=f"{self.origin} (overrides)", source=self.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The profile as TOML-shaped data with every default spelled out."""
+        data: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "target": copy.deepcopy(self.target),
+        }
+        if self.host_target is not None:
+            data["host_target"] = copy.deepcopy(self.host_target)
+        for section in SECTIONS:
+            values = dataclasses.asdict(getattr(self, section))
+            data[section] = {
+                key: list(value) if isinstance(value, tuple) else value
+                for key, value in values.items()
+                if value is not None  # TOML has no null: an unset optional key is omitted
+            }
+        return data
+
+    def describe(self) -> str:
+        """A multi-line human summary (``edgetune profiles show``)."""
+        b, r, m, t, d = self.build, self.rpc, self.measure, self.tuning, self.device
+        compiler = b.cross_compiler or "native host compiler"
+        if b.cross_compiler_flags:
+            compiler += " " + " ".join(b.cross_compiler_flags)
+        pinning = f"pinned to CPUs {', '.join(map(str, d.core_affinity))}" if d.core_affinity else "not pinned"
+        peak = f"{d.peak_gflops:g} GFLOPS peak" if d.peak_gflops is not None else "peak GFLOPS unknown"
+        cap = f"at most {t.max_trials_per_task} per task" if t.max_trials_per_task else "no per-task cap"
+        rows = [
+            ("source", str(self.source) if self.source is not None else "(in memory)"),
+            ("target", json.dumps(self.target)),
+            ("host target", json.dumps(self.host_target) if self.host_target is not None else "-"),
+            ("build", f"{compiler}; timeout {b.timeout_sec:g} s; workers: {b.workers or 'one per host CPU'}"),
+            ("rpc", f"key '{r.key}', device {r.device}, session timeout {r.session_timeout_sec:g} s"),
+            (
+                "measure",
+                f"number {m.number}, repeat {m.repeat}, min_repeat_ms {m.min_repeat_ms}, "
+                f"cooldown {m.cooldown_sec:g} s, cache flush {'on' if m.enable_cpu_cache_flush else 'off'}, "
+                f"timeout {m.timeout_sec:g} s",
+            ),
+            (
+                "tuning",
+                f"{t.trials} trials, {t.num_trials_per_iter} per batch, {cap}; cost model {t.cost_model}, "
+                f"{t.search_strategy} search, {t.task_scheduler} scheduler, seed {t.seed}",
+            ),
+            ("device", f"{d.arch}, {d.num_threads} thread{'s' if d.num_threads != 1 else ''} {pinning}, {peak}"),
+        ]
+        header = f"{self.name}: {self.description}" if self.description else self.name
+        return "\n".join([header, *(f"  {label + ':':<13}{text}" for label, text in rows)])
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_profile(data: Mapping[str, Any], *, origin: str, source: Path | None = None) -> DeviceProfile:
+    """Validate TOML-shaped ``data`` into a profile; ``origin`` prefixes every error message."""
+    return _Parser(origin).parse(data, source)
+
+
+class _Parser:
+    """Validation state for one profile: the origin every message starts with."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def error(self, message: str) -> ProfileError:
+        return ProfileError(f"{self.origin}: {message}")
+
+    def mismatch(self, key: str, spec: _Spec, value: Any, hint: str = "") -> ProfileError:
+        return self.error(
+            f"key '{key}' must be {spec.expected}, got {value!r} ({type(value).__name__}) instead{hint}"
+        )
+
+    def unknown(self, key: str, valid: tuple[str, ...]) -> ProfileError:
+        """Suggest a key of the same table first, else the same name in another table."""
+        leaf = key.rpartition(".")[2]
+        # compare last parts only: a shared "measure." prefix would make any two keys look alike
+        for candidates in (valid, ALL_KEYS):
+            by_leaf = {k.rpartition(".")[2]: k for k in candidates}
+            close = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1)]
+            if close:
+                return self.error(f"unknown key '{key}' (did you mean '{close[0]}'?)")
+        return self.error(f"unknown key '{key}'; valid keys: {', '.join(valid)}")
+
+    def check(self, key: str, spec: _Spec, value: Any) -> Any:
+        try:
+            return spec.convert(value)
+        except _Mismatch as exc:
+            raise self.mismatch(key, spec, value, exc.hint) from None
+
+    def table(self, key: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.error(f"key '{key}' must be a table, got {value!r} ({type(value).__name__}) instead")
+        return value
+
+    def target_table(self, key: str, value: Any) -> dict[str, Any]:
+        """A TVM target dict: passed to TVM verbatim, so only its shape is checked here."""
+        table = self.table(key, value)
+        if "kind" not in table:
+            raise self.error(f"missing required key '{key}.kind'")
+        self.check(f"{key}.kind", _nonempty_string(), table["kind"])
+        if "host" in table:
+            raise self.error(f"key '{key}.host' is not allowed; put the host target in [host_target]")
+        scalar = (str, int, float, bool)
+        for option, option_value in table.items():
+            if not isinstance(option_value, scalar) and not (
+                isinstance(option_value, list) and all(isinstance(v, scalar) for v in option_value)
+            ):
+                raise self.error(
+                    f"key '{key}.{option}' must be a string, number, boolean or list of those, "
+                    f"got {option_value!r} ({type(option_value).__name__}) instead"
+                )
+        return copy.deepcopy(table)
+
+    def section(self, name: str, value: Any) -> dict[str, Any]:
+        table = self.table(name, value)
+        specs = SECTIONS[name]
+        valid = tuple(f"{name}.{key}" for key in specs)
+        values = {}
+        for key, item in table.items():
+            if key not in specs:
+                raise self.unknown(f"{name}.{key}", valid)
+            values[key] = self.check(f"{name}.{key}", specs[key], item)
+        return {key: values.get(key, spec.default) for key, spec in specs.items()}
+
+    def parse(self, data: Mapping[str, Any], source: Path | None) -> DeviceProfile:
+        for key in data:
+            if key not in TOP_LEVEL_KEYS:
+                raise self.unknown(key, TOP_LEVEL_KEYS)
+        for required in ("name", "target"):
+            if required not in data:
+                raise self.error(f"missing required key '{required}'")
+        name = self.check("name", _NAME_SPEC, data["name"])
+        description = self.check("description", _DESCRIPTION_SPEC, data.get("description", ""))
+        target = self.target_table("target", data["target"])
+        host_target = self.target_table("host_target", data["host_target"]) if "host_target" in data else None
+        sections = {section: self.section(section, data.get(section, {})) for section in SECTIONS}
+        self.derive_defaults(name, target, host_target, sections)
+        return DeviceProfile(
+            name=name,
+            description=description,
+            source=source,
+            target=target,
+            host_target=host_target,
+            _raw=copy.deepcopy(dict(data)),
+            **{section: _SECTION_CLASSES[section](**values) for section, values in sections.items()},
+        )
+
+    def derive_defaults(
+        self,
+        name: str,
+        target: dict[str, Any],
+        host_target: dict[str, Any] | None,
+        sections: dict[str, dict[str, Any]],
+    ) -> None:
+        """Fill defaults that follow from other keys and reject contradictions between keys."""
+        rpc, device = sections["rpc"], sections["device"]
+        kind = target["kind"]
+        if rpc["key"] is _DERIVED:
+            rpc["key"] = name
+        runs_on = DEVICE_FOR_KIND.get(kind)
+        if rpc["device"] is _DERIVED:
+            if runs_on is None:
+                raise self.error(
+                    f"key 'rpc.device' is required for target kind '{kind}'; "
+                    f"set it to one of {', '.join(RPC_DEVICES)}"
+                )
+            rpc["device"] = runs_on
+        elif runs_on is not None and rpc["device"] != runs_on:
+            raise self.error(f"key 'rpc.device' is '{rpc['device']}' but target kind '{kind}' runs on '{runs_on}'")
+
+        # The CPU that runs the RPC server is described by the target itself for CPU
+        # kinds, by the host target for accelerators.
+        cpu_target = target if kind in CPU_KINDS else host_target or {}
+        if device["arch"] is _DERIVED:
+            triple = cpu_target.get("mtriple")
+            device["arch"] = triple.split("-")[0] if isinstance(triple, str) and triple else platform.machine()
+        if device["num_threads"] is _DERIVED:
+            cores = cpu_target.get("num-cores")
+            device["num_threads"] = cores if _is_int(cores) and cores >= 1 else 1
+        affinity = device["core_affinity"]
+        if affinity and device["num_threads"] > len(affinity):
+            raise self.error(
+                f"key 'device.num_threads' is {device['num_threads']} but 'device.core_affinity' "
+                f"pins the server to only {len(affinity)} CPU{'s' if len(affinity) != 1 else ''}"
+            )

@@ -1,0 +1,148 @@
+"""Live progress for ``edgetune tune`` with rich: a task table and an overall bar.
+
+On a terminal the display refreshes in place; otherwise (CI logs, pipes) one
+line is printed per measured batch so logs stay readable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from .tuning import ProgressSink, TaskProgress, TuneProgress
+
+
+def _fmt_us(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    micros = seconds * 1e6
+    return f"{micros:,.3f}" if micros < 10 else f"{micros:,.1f}"
+
+
+def _fmt_num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _task_table(progress: TuneProgress) -> Table:
+    table = Table(title=f"edgetune: {progress.phase}", expand=False)
+    table.add_column("#", justify="right")
+    table.add_column("task")
+    table.add_column("weight", justify="right")
+    table.add_column("trials", justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("best (us)", justify="right")
+    table.add_column("GFLOPS", justify="right")
+    for task in progress.tasks:
+        trials = f"{task.previous_trials}+{task.trials}" if task.previous_trials else str(task.trials)
+        table.add_row(
+            str(task.index),
+            task.name,
+            f"{task.weight:g}",
+            trials,
+            str(task.failed) if task.failed else "",
+            _fmt_us(task.best_sec),
+            _fmt_num(task.best_gflops),
+        )
+    return table
+
+
+def _overall(progress: TuneProgress) -> str:
+    done, budget = progress.done, progress.budget
+    rate = progress.elapsed / done if done else None
+    eta = "" if not rate or done >= budget else f", about {rate * (budget - done):.0f} s left"
+    weighted = sum(t.best_sec * t.weight for t in progress.tasks if t.best_sec)
+    model = f"; sum of weighted best task latencies {weighted * 1e3:.3f} ms" if weighted else ""
+    return f"overall: {done}/{budget} trials in {progress.elapsed:.0f} s{eta}{model}"
+
+
+class RichProgress(ProgressSink):
+    """A :class:`~edgetune.tuning.ProgressSink` rendering to the terminal."""
+
+    def __init__(self, quiet: bool = False, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, soft_wrap=True)
+        self.quiet = quiet
+        self._live: Live | None = None
+
+    def __enter__(self) -> "RichProgress":
+        if not self.quiet and self.console.is_terminal:
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def _render(self, progress: TuneProgress) -> None:
+        if self._live is not None:
+            self._live.update(Group(_task_table(progress), _overall(progress)))
+
+    def on_phase(self, progress: TuneProgress) -> None:
+        if self.quiet:
+            return
+        if self._live is not None:
+            self._render(progress)
+        else:
+            self.console.print(f"edgetune: {progress.phase}")
+
+    def on_batch(self, progress: TuneProgress, task: TaskProgress) -> None:
+        if self.quiet:
+            return
+        if self._live is not None:
+            self._render(progress)
+        else:
+            self.console.print(
+                f"[task {task.index + 1}/{len(progress.tasks)}] {task.name}: {task.trials} trials, "
+                f"best {_fmt_us(task.best_sec)} us, {_fmt_num(task.best_gflops)} GFLOPS | {_overall(progress)}",
+                highlight=False,
+            )
+
+    def print_summary(self, summary: dict[str, Any], out_dir: Path) -> None:
+        """The final report, printed whether or not progress was shown."""
+        console = Console(soft_wrap=True)  # results go to stdout
+        if not self.quiet and self._live is None and summary.get("tasks"):
+            console.print(_task_table(_progress_from_summary(summary)))
+        trials = summary["trials"]
+        console.print(
+            f"trials: {trials['this_run']} this run ({trials['measured_on_device']} measured on the device, "
+            f"{trials['served_from_history']} from history, {trials['failed']} failed), "
+            f"{trials['in_history_before']} in history before; device time {summary['seconds']['device']:.1f} s, "
+            f"tuning wall clock {summary['seconds']['tuning_wall']:.1f} s",
+            highlight=False,
+        )
+        e2e = summary.get("end_to_end")
+        if e2e:
+            console.print(
+                f"end to end on the device: untuned {e2e['untuned_latency']['median_ms']:.3f} ms, "
+                f"tuned {e2e['tuned_latency']['median_ms']:.3f} ms (x{e2e['speedup']:.2f}); "
+                f"outputs match (max abs diff {e2e['max_abs_diff']:.2g})",
+                highlight=False,
+            )
+            console.print(f"artifact: {e2e['artifact']}", highlight=False)
+        console.print(f"summary: {out_dir / 'summary.json'}; history: {summary['history']}", highlight=False)
+
+
+def _progress_from_summary(summary: dict[str, Any]) -> TuneProgress:
+    tasks = []
+    for item in summary["tasks"]:
+        best = item["best_latency_us"]
+        tasks.append(
+            TaskProgress(
+                index=item["index"],
+                name=item["name"],
+                weight=item["weight"],
+                flops=item["flops"],
+                previous_trials=item["trials_before"],
+                trials=item["trials_this_run"],
+                failed=item["failed_this_run"],
+                best_sec=None if best is None else best / 1e6,
+            )
+        )
+    progress = TuneProgress(budget=summary["trials"]["budget"], tasks=tasks)
+    progress.phase = "done"
+    return progress

@@ -1,0 +1,206 @@
+"""Demo models built in code, so examples and tests never download anything.
+
+Each demo is an ONNX ``ModelProto`` (opset 13) with random weights from a fixed
+seed: the same name and resolution give byte-identical ONNX (for given numpy
+and onnx versions), hence the same sha256 and tuning-task keys. Weights use
+He initialisation so activations stay finite and non-trivial through deep
+stacks of layers; the numbers are meaningless, the shapes and ops are real.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from edgetune.errors import ModelError
+
+OPSET = 13
+_SEED = 20261101
+
+
+@dataclass(frozen=True)
+class _Demo:
+    build: Callable[[int], onnx.ModelProto]
+    default_res: int
+    min_res: int
+    res_multiple: int
+
+
+class _GraphBuilder:
+    """Accumulates nodes and seeded initializers for one ONNX graph."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._count = 0
+
+    def _name(self, kind: str) -> str:
+        self._count += 1
+        return f"{kind}_{self._count}"
+
+    def _const(self, kind: str, array: np.ndarray) -> str:
+        name = self._name(kind)
+        self.inits.append(numpy_helper.from_array(array.astype(np.float32), name))
+        return name
+
+    def _node(self, op: str, inputs: list[str], **attrs: object) -> str:
+        out = self._name(op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def conv(
+        self,
+        x: str,
+        cin: int,
+        cout: int,
+        kernel: int,
+        stride: int = 1,
+        group: int = 1,
+        gain: float = 2.0,
+    ) -> str:
+        """Conv with bias; ``gain`` 2 suits a following ReLU, 1 a linear output."""
+        fan_in = cin // group * kernel * kernel
+        weight = self._rng.normal(0.0, np.sqrt(gain / fan_in), (cout, cin // group, kernel, kernel))
+        bias = self._rng.normal(0.0, 0.05, cout)
+        pad = kernel // 2
+        return self._node(
+            "Conv",
+            [x, self._const("w", weight), self._const("b", bias)],
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad, pad, pad, pad],
+            group=group,
+        )
+
+    def relu(self, x: str) -> str:
+        return self._node("Relu", [x])
+
+    def relu6(self, x: str) -> str:
+        lo = self._const("clip_min", np.array(0.0))
+        hi = self._const("clip_max", np.array(6.0))
+        return self._node("Clip", [x, lo, hi])
+
+    def add(self, a: str, b: str) -> str:
+        return self._node("Add", [a, b])
+
+    def maxpool(self, x: str) -> str:
+        return self._node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+
+    def classifier(self, x: str, cin: int, classes: int) -> str:
+        """Global average pool, flatten and a PyTorch-style Gemm (transB=1)."""
+        flat = self._node("Flatten", [self._node("GlobalAveragePool", [x])], axis=1)
+        weight = self._rng.normal(0.0, np.sqrt(1.0 / cin), (classes, cin))
+        bias = self._rng.normal(0.0, 0.05, classes)
+        return self._node(
+            "Gemm", [flat, self._const("fc_w", weight), self._const("fc_b", bias)], transB=1
+        )
+
+    def model(self, name: str, x: str, res: int, out: str, classes: int) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes,
+            name,
+            [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, res, res])],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, classes])],
+            self.inits,
+        )
+        model = helper.make_model(
+            graph, producer_name="edgetune.demo", opset_imports=[helper.make_opsetid("", OPSET)]
+        )
+        onnx.checker.check_model(model)
+        return model
+
+
+def tiny_cnn(res: int = 32) -> onnx.ModelProto:
+    """Two convs and a dense layer: a handful of tasks that tune in seconds."""
+    g = _GraphBuilder(_SEED)
+    x = g.relu(g.conv("input", 3, 16, 3))
+    x = g.relu(g.conv(x, 16, 32, 3, stride=2))
+    return g.model("tiny_cnn", "input", res, g.classifier(x, 32, 10), 10)
+
+
+def resnet18(res: int = 224) -> onnx.ModelProto:
+    """ResNet-18 with BatchNorm folded into conv weight+bias, as exporters emit it.
+
+    The last conv of each residual branch gets half the He gain so the sum of
+    branch and shortcut does not grow by a factor of two per block.
+    """
+    g = _GraphBuilder(_SEED + 18)
+    x = g.maxpool(g.relu(g.conv("input", 3, 64, 7, stride=2)))
+    cin = 64
+    for cout, first_stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for stride in (first_stride, 1):
+            branch = g.relu(g.conv(x, cin, cout, 3, stride=stride))
+            branch = g.conv(branch, cout, cout, 3, gain=1.0)
+            if stride == 1 and cin == cout:
+                shortcut = x
+            else:
+                shortcut = g.conv(x, cin, cout, 1, stride, gain=1.0)
+            x = g.relu(g.add(branch, shortcut))
+            cin = cout
+    return g.model("resnet18", "input", res, g.classifier(x, 512, 1000), 1000)
+
+
+# (expansion t, output channels c, repeats n, first stride s) from the paper
+_MOBILENETV2_CONFIG = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
+
+
+def mobilenetv2(res: int = 224) -> onnx.ModelProto:
+    """MobileNetV2 (width 1.0), BatchNorm folded, ReLU6 as Clip(0, 6)."""
+    g = _GraphBuilder(_SEED + 2)
+    x = g.relu6(g.conv("input", 3, 32, 3, stride=2))
+    cin = 32
+    for expansion, cout, repeats, first_stride in _MOBILENETV2_CONFIG:
+        for i in range(repeats):
+            stride = first_stride if i == 0 else 1
+            hidden = cin * expansion
+            y = x if expansion == 1 else g.relu6(g.conv(x, cin, hidden, 1))
+            y = g.relu6(g.conv(y, hidden, hidden, 3, stride=stride, group=hidden))
+            y = g.conv(y, hidden, cout, 1, gain=1.0)
+            x = g.add(x, y) if stride == 1 and cin == cout else y
+            cin = cout
+    x = g.relu6(g.conv(x, cin, 1280, 1))
+    return g.model("mobilenetv2", "input", res, g.classifier(x, 1280, 1000), 1000)
+
+
+DEMOS: dict[str, _Demo] = {
+    "tiny-cnn": _Demo(tiny_cnn, default_res=32, min_res=8, res_multiple=1),
+    "resnet18": _Demo(resnet18, default_res=224, min_res=32, res_multiple=32),
+    "mobilenetv2": _Demo(mobilenetv2, default_res=224, min_res=32, res_multiple=32),
+}
+
+
+def demo_model_names() -> list[str]:
+    """Names accepted after ``demo:`` in a model spec."""
+    return list(DEMOS)
+
+
+def build_demo(name: str, res: int | None = None) -> onnx.ModelProto:
+    """Build demo ``name`` at square input resolution ``res`` (its default if None)."""
+    demo = DEMOS.get(name)
+    if demo is None:
+        available = ", ".join(f"demo:{n}" for n in DEMOS)
+        close = difflib.get_close_matches(name, list(DEMOS), n=1)
+        hint = f" (did you mean 'demo:{close[0]}'?)" if close else ""
+        raise ModelError(f"unknown demo model 'demo:{name}'{hint}; available: {available}")
+    if res is None:
+        res = demo.default_res
+    if res < demo.min_res or res % demo.res_multiple:
+        rule = f">= {demo.min_res}"
+        if demo.res_multiple > 1:
+            rule += f" and a multiple of {demo.res_multiple}"
+        raise ModelError(f"demo:{name} resolution {res} is invalid: it must be {rule}")
+    return demo.build(res)

@@ -1,0 +1,234 @@
+"""Load a model spec (``demo:NAME[@RES]`` or an ``.onnx`` path) into a Relax module.
+
+Everything downstream (task extraction, tuning, building, checking results)
+starts from a :class:`LoadedModel`: the Relax module as ``from_onnx`` returns it
+with weights as constants, its static input signature, and the ONNX bytes and
+their hash, which identify the model in the tuning history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import tvm
+from google.protobuf.message import DecodeError
+from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+from tvm import relax
+from tvm.relax import pipeline as relax_pipeline
+from tvm.relax.frontend.onnx import from_onnx
+
+from edgetune.errors import ModelError
+from edgetune.tasks.demo import build_demo
+
+DEMO_PREFIX = "demo:"
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input; static shapes only, since tuning tasks are shape-specific."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for task extraction, plus what is needed to check results.
+
+    ``inputs`` keep the ONNX input names, in the order of ``mod["main"]``'s
+    parameters (Relax may rename them, e.g. ``input.1`` -> ``input_1``), so
+    feed the VM positionally.
+    """
+
+    name: str
+    source: str
+    sha256: str
+    inputs: list[InputSpec]
+    mod: tvm.IRModule
+    onnx_bytes: bytes
+    _reference_vm: relax.VirtualMachine | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Deterministic inputs: standard normal floats, small non-negative ints.
+
+        Integers stay in [0, 10) so they are valid as indices (token ids,
+        gather positions) in any model that takes integer inputs.
+        """
+        rng = np.random.default_rng(seed)
+        arrays: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            dtype = np.dtype(spec.dtype)
+            if dtype.kind == "f":
+                arrays[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+            elif dtype.kind == "b":
+                arrays[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
+            else:
+                arrays[spec.name] = rng.integers(0, 10, spec.shape).astype(dtype)
+        return arrays
+
+    def reference_outputs(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run the untuned model on the host CPU; the ground truth for tuned builds."""
+        args = []
+        for spec in self.inputs:
+            if spec.name not in inputs:
+                raise ModelError(f"{self.name}: no value given for input '{spec.name}'")
+            array = np.ascontiguousarray(inputs[spec.name], dtype=spec.dtype)
+            if array.shape != spec.shape:
+                raise ModelError(
+                    f"{self.name}: input '{spec.name}' has shape {array.shape}, "
+                    f"expected {spec.shape}"
+                )
+            args.append(tvm.runtime.tensor(array, tvm.cpu()))
+        if self._reference_vm is None:
+            executable = relax.build(self.mod, target=tvm.target.Target({"kind": "llvm"}))
+            self._reference_vm = relax.VirtualMachine(executable, tvm.cpu())
+        return _flatten_outputs(self._reference_vm["main"](*args))
+
+
+def _flatten_outputs(value: Any) -> list[np.ndarray]:
+    """VM results are a Tensor or (nested) tuples of them; ONNX outputs are flat."""
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value.numpy()]
+    return [array for item in value for array in _flatten_outputs(item)]
+
+
+def load_model(spec: str) -> LoadedModel:
+    """Load ``demo:NAME[@RES]`` or an ONNX file; every failure is a one-line ModelError."""
+    if spec.startswith(DEMO_PREFIX):
+        name, res = _parse_demo_spec(spec)
+        model = build_demo(name, res)
+        data = model.SerializeToString()
+        label = spec
+    else:
+        path = Path(spec).expanduser()
+        name = path.stem
+        model, data = _read_onnx(path, spec)
+        label = f"'{spec}'"
+    inputs = _input_specs(model, label)
+    try:
+        mod = from_onnx(model, keep_params_in_input=False)
+    except Exception as exc:  # noqa: BLE001 - the frontend raises anything; report it in one line
+        raise ModelError(
+            f"{label}: TVM {tvm.__version__} cannot import the model: {_first_line(exc)}"
+        ) from exc
+    return LoadedModel(
+        name=name,
+        source=spec,
+        sha256=hashlib.sha256(data).hexdigest(),
+        inputs=inputs,
+        mod=mod,
+        onnx_bytes=data,
+    )
+
+
+def _parse_demo_spec(spec: str) -> tuple[str, int | None]:
+    name, sep, res = spec[len(DEMO_PREFIX) :].partition("@")
+    if not sep:
+        return name, None
+    if not res.isdigit():
+        raise ModelError(
+            f"bad resolution suffix in '{spec}': expected demo:NAME@SIZE with SIZE "
+            f"the input height and width in pixels, e.g. demo:{name}@96"
+        )
+    return name, int(res)
+
+
+def _read_onnx(path: Path, spec: str) -> tuple[onnx.ModelProto, bytes]:
+    """Parse the file; weights stored beside it are pulled in so the bytes are self-contained."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ModelError(f"model file '{spec}' not found") from None
+    except OSError as exc:
+        raise ModelError(f"cannot read model file '{spec}': {exc.strerror}") from exc
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError) as exc:
+        raise ModelError(f"'{spec}' is not a valid ONNX model: {_first_line(exc)}") from exc
+    if not model.graph.node or not model.graph.output:
+        raise ModelError(f"'{spec}' is not a valid ONNX model: its graph has no nodes or outputs")
+    if any(uses_external_data(t) for t in model.graph.initializer):
+        try:
+            load_external_data_for_model(model, os.fspath(path.parent))
+        except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+            raise ModelError(
+                f"'{spec}': cannot read its external weight data: {_first_line(exc)}"
+            ) from exc
+        # drop the explicit DEFAULT marker so the bytes (and hash) equal the inline model's
+        for tensor in model.graph.initializer:
+            tensor.ClearField("data_location")
+        data = model.SerializeToString()
+    return model, data
+
+
+def _input_specs(model: onnx.ModelProto, label: str) -> list[InputSpec]:
+    """Graph inputs that are not initializers, with static shapes enforced."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        if not value.type.HasField("tensor_type"):
+            raise ModelError(f"model input '{value.name}' of {label} is not a tensor")
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            raise ModelError(
+                f"model input '{value.name}' of {label} has no shape (unknown rank); "
+                "edgetune needs static shapes"
+            )
+        dims: list[int | str] = [
+            d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
+            for d in tensor_type.shape.dim
+        ]
+        dynamic = [d for d in dims if isinstance(d, str)]
+        if dynamic:
+            raise ModelError(
+                f"model input '{value.name}' of {label} has a dynamic dimension "
+                f"'{dynamic[0]}' (shape [{', '.join(map(str, dims))}]); edgetune needs "
+                "static shapes: re-export the model with fixed input sizes"
+            )
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        specs.append(InputSpec(value.name, tuple(int(d) for d in dims), str(dtype)))
+    return specs
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def prepare_for_tuning(
+    mod: tvm.IRModule, target: tvm.target.Target | None = None
+) -> tvm.IRModule:
+    """Lower and fuse exactly as ``meta_schedule.relax_integration.compile_relax`` does.
+
+    Task extraction must see the same fused PrimFuncs that ``compile_relax``
+    later looks up in the tuning database, or tuned schedules are silently not
+    applied. With ``target`` given, its library-dispatch passes run first, as in
+    ``compile_relax``; they only change models with sort/scan/sampling ops.
+    """
+    passes = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    with tvm.transform.PassContext(opt_level=3):
+        if target is None:
+            return tvm.transform.Sequential(passes)(mod)
+        with target:
+            try:
+                dispatch = relax_pipeline.library_dispatch_passes(target)
+            except ValueError:  # targets compile_relax also runs without dispatch passes
+                dispatch = []
+            return tvm.transform.Sequential([*dispatch, *passes])(mod)

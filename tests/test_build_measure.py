@@ -1,0 +1,125 @@
+"""The warm builder, the tracker runner and the resume cache against a real loopback board."""
+
+from __future__ import annotations
+
+import os
+from contextlib import closing
+
+import pytest
+import tvm
+import tvm.s_tir.meta_schedule as ms
+from tvm import te
+from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+from conftest import require_tool
+from edgetune.build.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
+from edgetune.build.intrinsics import families_for_target, load_tensor_intrinsics
+from edgetune.history import open_history
+from edgetune.measure.runner import MeasureConfig, TrackerRunner
+from edgetune.tuning import CandidateCache
+
+HOST = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+AARCH64 = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"], "num-cores": 2})
+
+
+def matmul_mod(n: int = 64) -> tvm.IRModule:
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+@pytest.fixture(scope="module")
+def candidates():
+    """Real MetaSchedule candidates for a 64x64 matmul on the host target."""
+    load_tensor_intrinsics(HOST)
+    ctx = ms.TuneContext(
+        mod=matmul_mod(), target=HOST, space_generator="post-order-apply",
+        search_strategy="replay-trace", task_name="mm", num_threads=2, rand_state=7,
+    )
+    ctx.pre_tuning(
+        max_trials=4, num_trials_per_iter=4, design_spaces=ctx.generate_design_space(),
+        database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel(),
+    )
+    found = ctx.generate_measure_candidates()
+    assert found and len(found) == 4
+    return ctx, found
+
+
+def test_intrinsic_families_follow_the_target():
+    assert families_for_target(AARCH64) == ("arm_cpu",)
+    assert families_for_target(tvm.target.Target({"kind": "cuda", "arch": "sm_80"}, host={"kind": "llvm"})) == ("cuda",)
+    assert families_for_target(tvm.target.Target({"kind": "opencl", "device": "mali"}, host={"kind": "llvm"})) == ()
+
+
+def test_builder_builds_and_runner_measures(candidates, loopback_board):
+    ctx, found = candidates
+    with closing(WarmBuilder(timeout_sec=60, max_workers=2)) as builder:
+        results = builder.build([BuilderInput(c.sch.mod, HOST) for c in found])
+        assert [r.error_msg for r in results] == [None] * len(found)
+        assert all(os.path.exists(str(r.artifact_path)) for r in results)
+        assert builder.stats.built == len(found) and builder.stats.timed_out == 0
+        runner = TrackerRunner(loopback_board, config=MeasureConfig(number=2, repeat=2, min_repeat_ms=0))
+        try:
+            inputs = [RunnerInput(r.artifact_path, "cpu", c.args_info) for r, c in zip(results, found)]
+            # a missing artifact in the middle fails as data and does not stop the batch
+            inputs.insert(1, RunnerInput("/nonexistent/candidate.so", "cpu", found[0].args_info))
+            outcome = [f.result() for f in runner.run(inputs)]
+        finally:
+            runner.close()
+        assert outcome[1].run_secs is None and "TrackerRunner" in str(outcome[1].error_msg)
+        measured = [o for i, o in enumerate(outcome) if i != 1]
+        assert all(o.error_msg is None and len(o.run_secs) == 2 for o in measured)
+        assert all(0 < float(s) < 1 for o in measured for s in o.run_secs)
+        assert runner.stats.measured == len(found) and runner.stats.failed == 1
+        assert runner.stats.device_seconds > 0
+        artifact_dir = builder.artifact_dir
+    assert not os.path.exists(artifact_dir)  # close() removes every artifact
+
+
+def test_build_timeout_is_data_and_workers_recover(candidates):
+    _ctx, found = candidates
+    with closing(WarmBuilder(timeout_sec=0.001, max_workers=1)) as builder:
+        results = builder.build([BuilderInput(found[0].sch.mod, HOST)])
+        assert results[0].artifact_path is None
+        assert "timeout" in str(results[0].error_msg).lower()
+        assert builder.stats.timed_out == 1
+        builder.timeout_sec = 60.0  # a replaced worker must build normally again
+        builder._pool._timeout = 60.0
+        again = builder.build([BuilderInput(found[1].sch.mod, HOST)])
+        assert again[0].error_msg is None
+
+
+def test_cross_compiled_artifact_is_aarch64(candidates):
+    compiler = require_tool("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")
+    _ctx, found = candidates
+    mod = found[0].sch.mod
+    with closing(WarmBuilder(cross_compiler=compiler, timeout_sec=120, max_workers=1)) as builder:
+        (result,) = builder.build([BuilderInput(mod, AARCH64)])
+        assert result.error_msg is None, result.error_msg
+        header = open(str(result.artifact_path), "rb").read(20)
+    assert header[:4] == b"\x7fELF"
+    assert int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_resume_cache_recognises_measured_candidates(candidates, tmp_path):
+    ctx, found = candidates
+    history = open_history(str(tmp_path / "h.db"))
+    workload = history.commit_workload(ctx.mod)
+    for i, cand in enumerate(found[:2]):
+        history.commit_tuning_record(
+            ms.database.TuningRecord(cand.sch.trace, workload, [1e-3 * (i + 1)], HOST, cand.args_info)
+        )
+    cache = CandidateCache()
+    assert cache.add_history(history, ctx.mod, HOST) == 2
+    keys = [cache.lookup_mod(c.sch.mod) for c in found]
+    assert keys[0] and keys[1] and keys[2] is None and keys[3] is None
+    assert cache.lookup_key(keys[1]) == pytest.approx([2e-3])
+    # the builder skips cached candidates; the runner serves their stored times
+    with closing(WarmBuilder(timeout_sec=60, max_workers=1, lookup_cached=cache.lookup_mod)) as builder:
+        results = builder.build([BuilderInput(c.sch.mod, HOST) for c in found[:3]])
+    assert str(results[0].artifact_path).startswith(CACHED_ARTIFACT_PREFIX)
+    assert builder.stats.cached == 2 and builder.stats.built == 1
+    history.close()

@@ -1,0 +1,429 @@
+"""Tuning history: a MetaSchedule database in SQL.
+
+Backend conformance pattern: every test taking ``db_url`` runs once per backend
+in ``BACKENDS``. To run the suite on PostgreSQL too, add ``"postgresql"`` to
+``BACKENDS``; that parameter reads ``EDGETUNE_TEST_POSTGRES_URL`` (an empty
+database the tests may wipe) and is skipped when it is unset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+import tvm
+import tvm_ffi
+from tvm import te
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.errors import HistoryError
+from edgetune.history import SCHEMA_VERSION, HistoryDatabase, open_history
+from edgetune.history.schema import metadata
+
+BACKENDS = ["sqlite"]
+
+ARM = tvm.target.Target(
+    {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "num-cores": 4}
+)
+X86 = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "num-cores": 2})
+
+
+def _sqlalchemy_url(db_url: str) -> str:
+    """The URL with the driver the history uses (psycopg 3 for PostgreSQL)."""
+    if db_url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + db_url.removeprefix("postgresql://")
+    return db_url
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history' / 'tuning.db'}"
+    url = os.environ.get("EDGETUNE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("EDGETUNE_TEST_POSTGRES_URL is not set")
+    engine = sa.create_engine(_sqlalchemy_url(url))
+    metadata.drop_all(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def db(db_url: str) -> HistoryDatabase:
+    database = open_history(db_url, board_id="board-01")
+    yield database
+    database.close()
+
+
+def _matmul() -> tuple[tvm.IRModule, list[ms.arg_info.ArgInfo]]:
+    a = te.placeholder((16, 16), name="A")
+    b = te.placeholder((16, 16), name="B")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((16, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    func = te.create_prim_func([a, b, c])
+    return tvm.IRModule({"main": func}), ms.arg_info.ArgInfo.from_prim_func(func)
+
+
+MOD, ARGS = _matmul()
+
+
+def _schedule(factor: int) -> Schedule:
+    """A distinct candidate per factor: split the outer loop by ``factor``."""
+    sch = Schedule(MOD)
+    i, _j, _k = sch.get_loops(sch.get_sblock("C"))
+    sch.split(i, [None, factor])
+    return sch
+
+
+def _record(workload, factor: int, run_secs, target=ARM) -> ms.database.TuningRecord:
+    return ms.database.TuningRecord(_schedule(factor).trace, workload, run_secs, target, ARGS)
+
+
+def _secs(record: ms.database.TuningRecord) -> list[float]:
+    return [float(sec) for sec in record.run_secs]
+
+
+def _trace_json(record: ms.database.TuningRecord) -> str:
+    return json.dumps(record.as_json()[0], sort_keys=True)
+
+
+def _scalar(db_url: str, sql: str) -> object:
+    engine = sa.create_engine(_sqlalchemy_url(db_url))
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text(sql)).scalar_one()
+    finally:
+        engine.dispose()
+
+
+# --------------------------------------------------------------------- workloads
+
+
+def test_commit_workload_twice_gives_one_row_and_the_same_workload(db, db_url):
+    first = db.commit_workload(MOD)
+    again = db.commit_workload(tvm.ir.load_json(tvm.ir.save_json(MOD)))
+    assert first.same_as(again)
+    assert db.has_workload(MOD)
+    assert _scalar(db_url, "SELECT COUNT(*) FROM workloads") == 1
+    shash = _scalar(db_url, "SELECT shash FROM workloads")
+    assert shash == str(tvm_ffi.structural_hash(MOD))
+
+    other = tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})
+    assert not db.has_workload(other)
+
+
+def _matmul_sized(n: int):
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    return a, b, te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+
+
+def test_is_a_metaschedule_database(db):
+    assert isinstance(db, ms.database.Database)
+    with db:
+        assert ms.database.Database.current().same_as(db)
+    assert ms.database.Database.current() is None
+
+
+def test_duplicate_workload_rows_from_concurrent_writers_are_one_workload(db_url):
+    """Two tuners committing the same new module at once may each insert a row."""
+    first = open_history(db_url, board_id="board-01")
+    first.commit_tuning_record(_record(first.commit_workload(MOD), 2, [4e-3]))
+    first.close()
+    # What a racing second tuner leaves behind: its own row for MOD, its record under it.
+    engine = sa.create_engine(_sqlalchemy_url(db_url))
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO workloads (shash, mod_json, created_at) VALUES (:s, :m, 0)"),
+            {"s": str(tvm_ffi.structural_hash(MOD)), "m": tvm.ir.save_json(MOD)},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO records (workload_id, target_json, target_kind, trace_json,"
+                " candidate_hash, run_secs_json, mean_run_sec, args_info_json, board_id,"
+                " tvm_version, created_at)"
+                " SELECT (SELECT MAX(id) FROM workloads), target_json, target_kind, trace_json,"
+                " 'racer', '[0.001]', 0.001, args_info_json, 'board-02', tvm_version, 0"
+                " FROM records"
+            )
+        )
+    engine.dispose()
+
+    db = open_history(db_url)
+    try:
+        workload = db.commit_workload(MOD)
+        assert [_secs(r) for r in db.get_top_k(workload, 5)] == [[1e-3], [4e-3]]
+        assert db.count_records(MOD) == 2
+    finally:
+        db.close()
+
+
+# ----------------------------------------------------------------------- records
+
+
+def test_top_k_orders_by_mean_run_time_and_skips_failures(db, db_url):
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 2, [3e-3, 5e-3]))  # mean 4 ms
+    db.commit_tuning_record(_record(workload, 4, [1e-3, 2e-3]))  # mean 1.5 ms
+    db.commit_tuning_record(_record(workload, 8, [2e-3]))  # mean 2 ms
+    db.commit_tuning_record(_record(workload, 16, [1e10]))  # MetaSchedule's failure stub
+    db.commit_tuning_record(_record(workload, 32, None))
+    db.commit_tuning_record_with_error(_record(workload, 1, [1e-4]), "RPC session timed out")
+
+    assert len(db) == 6
+    assert db.count_records() == 6
+    assert db.count_records(successful_only=True) == 3
+    assert db.count_records(workload=MOD, target=ARM, successful_only=True) == 3
+    assert db.count_records(target=X86) == 0
+
+    top = db.get_top_k(workload, 10)
+    assert [_secs(r) for r in top] == [[1e-3, 2e-3], [2e-3], [3e-3, 5e-3]]
+    assert [_secs(r) for r in db.get_top_k(workload, 2)] == [[1e-3, 2e-3], [2e-3]]
+    assert db.get_top_k(workload, 0) == []
+
+    errors = _scalar(db_url, "SELECT COUNT(*) FROM records WHERE error = 'RPC session timed out'")
+    assert errors == 1
+    assert _scalar(db_url, "SELECT COUNT(*) FROM records WHERE board_id = 'board-01'") == 6
+    assert _scalar(db_url, "SELECT DISTINCT tvm_version FROM records") == tvm.__version__
+    # Failed records read back with MetaSchedule's stub, so stock code skips them too.
+    failed = [r for r in db.get_all_tuning_records() if _secs(r) == [1e10]]
+    assert len(failed) == 3
+
+
+def test_trace_without_schedule_instructions_is_never_picked(db):
+    """Mirrors TVM's TuningRecord::IsValid, which the stock databases apply."""
+    workload = db.commit_workload(MOD)
+    empty_trace = Schedule(MOD).trace
+    db.commit_tuning_record(ms.database.TuningRecord(empty_trace, workload, [1e-6], ARM, ARGS))
+    db.commit_tuning_record(_record(workload, 4, [1e-3]))
+    assert len(db) == 2
+    assert [_secs(r) for r in db.get_top_k(workload, 5)] == [[1e-3]]
+
+
+def test_committing_a_candidate_again_updates_its_row(db, db_url):
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 4, [5e-3]))
+    db.commit_tuning_record(_record(workload, 4, [2e-3, 2e-3]))
+    assert len(db) == 1
+    assert _secs(db.get_top_k(workload, 1)[0]) == [2e-3, 2e-3]
+    assert _scalar(db_url, "SELECT mean_run_sec FROM records") == pytest.approx(2e-3)
+
+    # the same trace on another board's target is another candidate
+    db.commit_tuning_record(_record(workload, 4, [1e-3], target=X86))
+    assert len(db) == 2
+
+
+def test_has_candidate_and_lookup_run_secs_for_resuming(db):
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 4, [1e-3, 3e-3]))
+    db.commit_tuning_record_with_error(_record(workload, 8, [1e-3]), "wrong result")
+
+    assert db.has_candidate(workload, ARM, _schedule(4).trace)
+    assert db.has_candidate(MOD, ARM, _schedule(8).trace)
+    assert not db.has_candidate(workload, X86, _schedule(4).trace)
+    assert not db.has_candidate(workload, ARM, _schedule(2).trace)
+    assert db.lookup_run_secs(workload, ARM, _schedule(4).trace) == [1e-3, 3e-3]
+    assert db.lookup_run_secs(workload, ARM, _schedule(8).trace) == [1e10]
+    assert db.lookup_run_secs(workload, ARM, _schedule(2).trace) is None
+
+
+def test_target_filter_restricts_what_metaschedule_sees(db):
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 2, [4e-3], target=ARM))
+    db.commit_tuning_record(_record(workload, 4, [3e-3], target=ARM))
+    db.commit_tuning_record(_record(workload, 8, [1e-3], target=X86))
+
+    # stock semantics: every target's records compete
+    assert len(db) == 3
+    assert _secs(db.get_top_k(workload, 1)[0]) == [1e-3]
+
+    db.set_target_filter(ARM)
+    assert len(db) == 2
+    assert [_secs(r) for r in db.get_top_k(workload, 5)] == [[3e-3], [4e-3]]
+    assert len(db.get_all_tuning_records()) == 2
+    sch = db.query_schedule(MOD, ARM, "main")
+    assert tvm_ffi.structural_equal(sch.mod, _schedule(4).mod)
+
+    db.set_target_filter(None)
+    assert len(db) == 3
+    assert _secs(db.best_record(workload, ARM)) == [3e-3]
+    assert _secs(db.best_record(MOD, X86)) == [1e-3]
+    assert db.best_record(workload, tvm.target.Target({"kind": "llvm"})) is None
+
+
+def test_query_schedule_applies_the_best_trace(db):
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 2, [4e-3]))
+    db.commit_tuning_record(_record(workload, 8, [1e-3]))
+
+    sch = db.query_schedule(MOD, ARM, "main")
+    assert tvm_ffi.structural_equal(sch.mod, _schedule(8).mod)
+    assert not tvm_ffi.structural_equal(sch.mod, _schedule(2).mod)
+    assert tvm_ffi.structural_equal(db.query_ir_module(MOD, ARM, "main"), _schedule(8).mod)
+    assert _secs(db.query_tuning_record(MOD, ARM, "main")) == [1e-3]
+
+    unknown = tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})
+    assert db.query_schedule(unknown, ARM, "main") is None
+
+
+# ------------------------------------------------------------------ persistence
+
+
+def test_reopening_keeps_records_and_the_best_trace(db_url):
+    db = open_history(db_url)
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 2, [4e-3]))
+    db.commit_tuning_record(_record(workload, 8, [1e-3]))
+    best_before = db.get_top_k(workload, 1)[0]
+    db.close()
+
+    reopened = open_history(db_url, read_only=True)
+    try:
+        assert len(reopened) == 2
+        assert reopened.has_workload(MOD)
+        best_after = reopened.query_tuning_record(MOD, ARM, "main")
+        assert _trace_json(best_after) == _trace_json(best_before)
+        assert _secs(best_after) == [1e-3]
+        assert json.dumps(best_after.as_json()[2], sort_keys=True) == json.dumps(
+            best_before.as_json()[2], sort_keys=True
+        )
+    finally:
+        reopened.close()
+
+
+def test_read_only_refuses_writes(db_url):
+    writer = open_history(db_url)
+    writer.commit_workload(MOD)
+    writer.close()
+    db = open_history(db_url, read_only=True)
+    try:
+        # known workloads resolve: the stock query_* call commit_workload
+        assert db.commit_workload(MOD).same_as(db.commit_workload(MOD))
+        other = tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})
+        with pytest.raises(HistoryError, match="read-only"):
+            db.commit_workload(other)
+        with pytest.raises(HistoryError, match="read-only"):
+            db.commit_tuning_record(_record(db.commit_workload(MOD), 4, [1e-3]))
+        assert len(db) == 0
+    finally:
+        db.close()
+
+
+def test_schema_version_mismatch_is_refused(db_url):
+    open_history(db_url).close()
+    engine = sa.create_engine(_sqlalchemy_url(db_url))
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE meta SET value = '7' WHERE key = 'schema_version'"))
+    engine.dispose()
+
+    with pytest.raises(HistoryError) as excinfo:
+        open_history(db_url)
+    message = str(excinfo.value)
+    assert message.endswith(
+        f"history schema version 7, this edgetune reads version {SCHEMA_VERSION}; "
+        "export it with the edgetune that wrote it"
+    )
+    assert "\n" not in message
+
+
+def test_export_json_loads_in_stock_json_database(db, tmp_path):
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 2, [4e-3]))
+    db.commit_tuning_record(_record(workload, 8, [1e-3, 2e-3]))
+    db.commit_tuning_record(_record(workload, 4, [1e10]))
+    best = db.get_top_k(workload, 1)[0]
+
+    path_workload, path_record = db.export_json(tmp_path / "export")
+    assert path_workload.name == "database_workload.json"
+    assert path_record.name == "database_tuning_record.json"
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == sorted(
+        [path_workload.name, path_record.name]
+    )
+
+    stock = ms.database.JSONDatabase(
+        path_workload=str(path_workload), path_tuning_record=str(path_record), allow_missing=False
+    )
+    assert len(stock) == 3
+    stock_best = stock.query_tuning_record(MOD, ARM, "main")
+    assert _trace_json(stock_best) == _trace_json(best)
+    assert _secs(stock_best) == [1e-3, 2e-3]
+
+    # exporting again replaces the files instead of appending to them
+    db.export_json(tmp_path / "export")
+    assert len(path_record.read_text().splitlines()) == 3
+
+
+# ------------------------------------------------------------------ SQLite only
+
+
+def test_plain_path_opens_sqlite_in_wal_mode(tmp_path):
+    path = tmp_path / "nested" / "dir" / "tuning.db"
+    db = open_history(str(path))
+    try:
+        assert db.url == f"sqlite:///{path}"
+        db.commit_workload(MOD)
+    finally:
+        db.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),
+        )
+
+
+def test_sqlite_connections_enforce_foreign_keys(tmp_path):
+    db = open_history(str(tmp_path / "tuning.db"))
+    try:
+        with db._engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 30000
+    finally:
+        db.close()
+
+
+def test_a_file_that_is_not_a_database_is_one_line_history_error(tmp_path):
+    garbage = tmp_path / "tuning.db"
+    garbage.write_bytes(b"this is not an SQLite file\n" * 200)
+    with pytest.raises(HistoryError) as excinfo:
+        open_history(str(garbage))
+    assert str(excinfo.value).startswith(f"{garbage}: ")
+    assert "\n" not in str(excinfo.value)
+
+
+def test_another_applications_database_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    with pytest.raises(HistoryError, match="not an edgetune tuning history"):
+        open_history(str(path))
+
+
+def test_read_only_needs_an_existing_history(tmp_path):
+    with pytest.raises(HistoryError, match="no such tuning history file"):
+        open_history(str(tmp_path / "missing.db"), read_only=True)
+    assert not (tmp_path / "missing.db").exists()
+
+
+# ------------------------------------------------------------------------- URLs
+
+
+def test_unknown_url_scheme_names_the_supported_ones():
+    with pytest.raises(HistoryError) as excinfo:
+        open_history("mysql://user:hunter2@db.example/tuning")
+    message = str(excinfo.value)
+    assert "sqlite" in message and "postgresql" in message
+    assert "hunter2" not in message
+
+
+def test_postgresql_url_never_shows_the_password():
+    # Port 1 on loopback: fails at once, either without a driver or refused.
+    with pytest.raises(HistoryError) as excinfo:
+        open_history("postgresql://tuner:hunter2@127.0.0.1:1/tuning")
+    assert "hunter2" not in str(excinfo.value)
+    assert "***" in str(excinfo.value)

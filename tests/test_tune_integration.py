@@ -132,3 +132,16 @@ def test_embedded_board_is_started_and_stopped(tmp_path):
         except psutil.Error:
             continue
     assert leftovers == []
+
+
+def test_history_exports_to_stock_json_database(tuned_run, tmp_path):
+    import tvm.s_tir.meta_schedule as ms
+
+    out, _ = tuned_run
+    result = run_cli("db", "export-tvm", str(tmp_path / "json"), "--db", str(out / "history.db"))
+    assert result.returncode == 0, result.stderr
+    stock = ms.database.JSONDatabase(
+        path_workload=str(tmp_path / "json" / "database_workload.json"),
+        path_tuning_record=str(tmp_path / "json" / "database_tuning_record.json"),
+    )
+    assert len(stock) == record_counts(out / "history.db")[0]

@@ -229,7 +229,11 @@ class RecordAndReport(PyMeasureCallback):
                 _remove_artifact(str(artifact))
         self.sink.on_batch(self.progress, task)
         if self.stop.is_set():
-            raise TuningInterrupted("tuning interrupted")
+            raise _StopRequested("stop requested")
+
+
+class _StopRequested(Exception):
+    """Raised in a callback to unwind MetaSchedule's C++ loop after a Ctrl-C."""
 
 
 def _remove_artifact(path: str) -> None:
@@ -411,9 +415,10 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                         ],
                         task_scheduler=make_task_scheduler(profile.tuning.task_scheduler),
                     )
-            except Exception as error:
+            except BaseException:
+                # whatever TVM turned our _StopRequested into on its way back
                 if not stop.is_set():
-                    raise _unwrap(error) from None
+                    raise
                 interrupted = True
             tune_seconds = time.monotonic() - tune_started
 
@@ -493,13 +498,6 @@ def _write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     os.replace(tmp, path)
     return path
-
-
-def _unwrap(error: Exception) -> Exception:
-    """Errors raised in our callbacks come back through TVM's C++; keep ours intact."""
-    if isinstance(error, EdgetuneError):
-        return error
-    return error
 
 
 def _version() -> str:

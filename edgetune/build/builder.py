@@ -1,0 +1,205 @@
+"""Cross-compile candidate programs with warm, long-lived worker processes.
+
+Stock MetaSchedule's ``LocalBuilder`` starts a new process pool for every batch
+and each worker imports all of ``tvm.s_tir.tensor_intrin`` (20-45 s on a small
+host), so on a 2-core machine whole batches die at its 30 s timeout. Here the
+pool is started once per tuning run; a worker imports ``tvm`` once (about 1.5 s)
+and then compiles one candidate in a fraction of a second. A worker is
+recycled after ``max_uses`` builds to bound the memory TVM leaks per build, and
+a build that exceeds ``timeout_sec`` is killed and reported as data
+(``BuilderResult.error_msg``), never raised.
+
+Artifacts are shared libraries linked on the host with the profile's (cross)
+compiler, so the board needs no compiler of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+from tvm.ir.utils import derived_object
+from tvm.support.popen_pool import PopenPoolExecutor
+
+#: artifact paths with this prefix were not built: their result is already in
+#: the history database (see :class:`edgetune.measure.runner.TrackerRunner`)
+CACHED_ARTIFACT_PREFIX = "edgetune-cached:"
+
+
+@dataclass
+class BuildStats:
+    """What the builder did, for progress reports and benchmarks."""
+
+    built: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    cached: int = 0
+    build_seconds: float = 0.0  # wall clock spent inside build() calls
+    errors: list[str] = field(default_factory=list)
+
+
+def _link_options(cross_compiler: str, flags: tuple[str, ...]) -> Callable[..., None]:
+    """An ``export_library`` fcompile that links with ``cross_compiler``.
+
+    Written here rather than with ``tvm.support.cc.cross_compiler`` because that
+    helper appends per-call options to a list shared between calls, which grows
+    without bound in a long-lived worker.
+    """
+    from tvm.support import cc
+
+    def fcompile(output: str, objects: list[str], options: list[str] | None = None) -> None:
+        all_options = list(flags) + list(options or [])
+        cc.create_shared(output, objects, options=all_options, cc=cross_compiler or None)
+
+    fcompile.output_format = "so"  # type: ignore[attr-defined]
+    return fcompile
+
+
+def _build_in_worker(
+    mod: Any,
+    target: Any,
+    cross_compiler: str,
+    flags: tuple[str, ...],
+    artifact_dir: str,
+) -> str:
+    """Compile one scheduled module and link it; runs inside a pool worker."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    rt_mod = tvm.compile(mod, target=target)
+    out_dir = tempfile.mkdtemp(prefix="cand-", dir=artifact_dir)
+    path = os.path.join(out_dir, "candidate.so")
+    rt_mod.export_library(path, fcompile=_link_options(cross_compiler, flags))
+    return path
+
+
+def _warm_up() -> None:
+    """Pay TVM's import once per worker, before the first real build."""
+    import tvm  # noqa: F401
+    import tvm.s_tir.transform  # noqa: F401
+
+
+@derived_object
+class WarmBuilder(PyBuilder):
+    """A MetaSchedule builder that keeps its compile workers across batches.
+
+    Parameters
+    ----------
+    cross_compiler:
+        Compiler driver used to link the shared library (``aarch64-linux-gnu-g++``);
+        empty for the host's default ``g++``.
+    cross_compiler_flags:
+        Extra flags for that link step.
+    timeout_sec:
+        Per-candidate build timeout; a worker over it is killed and replaced.
+    max_workers:
+        Worker processes; 0 means one per host CPU.
+    max_uses:
+        Builds a worker performs before it is replaced.
+    lookup_cached:
+        Optional ``f(mod) -> key | None``: when it returns a key, the candidate
+        is not built and its artifact path becomes ``CACHED_ARTIFACT_PREFIX + key``.
+        This is how a resumed run skips candidates the history already measured.
+    """
+
+    def __init__(
+        self,
+        cross_compiler: str = "",
+        cross_compiler_flags: tuple[str, ...] = (),
+        timeout_sec: float = 60.0,
+        max_workers: int = 0,
+        max_uses: int = 256,
+        lookup_cached: Callable[[Any], str | None] | None = None,
+    ) -> None:
+        super().__init__()
+        if timeout_sec <= 0:
+            raise ValueError(f"timeout_sec must be > 0, got {timeout_sec!r} instead")
+        self.cross_compiler = cross_compiler
+        self.cross_compiler_flags = tuple(cross_compiler_flags)
+        self.timeout_sec = float(timeout_sec)
+        self.max_workers = max_workers or (os.cpu_count() or 1)
+        self.max_uses = max_uses
+        self.lookup_cached = lookup_cached
+        self.artifact_dir = tempfile.mkdtemp(prefix="edgetune-build-")
+        self.stats = BuildStats()
+        self._pool: PopenPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------
+    # (``derived_object`` does not forward dunder methods, so no __enter__:
+    # use ``contextlib.closing(WarmBuilder(...))``.)
+    def start(self) -> None:
+        """Start the workers now (otherwise they start on the first build)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = PopenPoolExecutor(
+                    max_workers=self.max_workers,
+                    timeout=self.timeout_sec,
+                    initializer=_warm_up,
+                    maximum_process_uses=self.max_uses,
+                )
+                # one no-op round trip per worker so imports happen before timing starts
+                futures = [self._pool.submit(_warm_up) for _ in range(self.max_workers)]
+                for future in futures:
+                    try:
+                        future.result()
+                    except Exception:  # a worker that failed warming up is replaced on first use
+                        pass
+
+    def close(self) -> None:
+        """Stop the workers and delete every artifact this builder wrote."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+        shutil.rmtree(self.artifact_dir, ignore_errors=True)
+
+    # -- MetaSchedule interface -------------------------------------------
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        self.start()
+        assert self._pool is not None
+        started = time.perf_counter()
+        results: list[BuilderResult | None] = [None] * len(build_inputs)
+        pending: list[tuple[int, Any]] = []
+        for index, build_input in enumerate(build_inputs):
+            key = self.lookup_cached(build_input.mod) if self.lookup_cached else None
+            if key is not None:
+                self.stats.cached += 1
+                results[index] = BuilderResult(CACHED_ARTIFACT_PREFIX + key, None)
+                continue
+            future = self._pool.submit(
+                _build_in_worker,
+                build_input.mod,
+                build_input.target,
+                self.cross_compiler,
+                self.cross_compiler_flags,
+                self.artifact_dir,
+            )
+            pending.append((index, future))
+        for index, future in pending:
+            results[index] = self._collect(future)
+        self.stats.build_seconds += time.perf_counter() - started
+        return [r for r in results if r is not None]
+
+    def _collect(self, future: Any) -> BuilderResult:
+        try:
+            path = future.result()
+        except TimeoutError:
+            self.stats.timed_out += 1
+            message = f"WarmBuilder: timeout, killed after {self.timeout_sec:g} s (build.timeout_sec)"
+            self.stats.errors.append(message)
+            return BuilderResult(None, message)
+        except Exception as error:  # a compile error is data, not a crash
+            self.stats.failed += 1
+            message = f"WarmBuilder: {type(error).__name__}: {error}"
+            self.stats.errors.append(message.splitlines()[0])
+            return BuilderResult(None, message)
+        self.stats.built += 1
+        return BuilderResult(path, None)

@@ -18,14 +18,16 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 
 install-test: $(BIN)/python system-deps
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,postgres]"
 
-# Debian packages the tests use: a host C++ compiler (links candidates) and
-# the aarch64 cross toolchain (cross-compiled artifacts are checked).
+# Debian packages the tests use: a host C++ compiler (links candidates), the
+# aarch64 cross toolchain (cross-compiled artifacts are checked) and the
+# PostgreSQL server (the history tests start their own throwaway cluster).
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	command -v aarch64-linux-gnu-g++ >/dev/null || missing="$$missing g++-aarch64-linux-gnu"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages:$$missing"; \

@@ -65,7 +65,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_profiles_parser(sub)
 
-    db = sub.add_parser("db", help="inspect and export the tuning history database")
+    db = sub.add_parser("db", help="inspect, maintain and move the tuning history database")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True
     export = db_sub.add_parser(
@@ -77,6 +77,9 @@ def _build_parser() -> argparse.ArgumentParser:
     export.add_argument("dir", metavar="DIR")
     export.add_argument("--db", required=True, metavar="URL", help="history database: a path or sqlite:///... URL")
     export.set_defaults(func=_run_db_export)
+    from .history.cli import add_db_commands
+
+    add_db_commands(db_sub)
     return parser
 
 

@@ -36,9 +36,10 @@ from .build.intrinsics import load_tensor_intrinsics
 from .deploy.compile import LatencyStats, compare_outputs, compile_model, export_model, run_on_board
 from .errors import BoardError, EdgetuneError, TargetError, TuningInterrupted
 from .history import open_history
-from .measure.runner import FAILED_RUN_SECS, MeasureConfig, TrackerRunner
+from .measure.runner import FAILED_RUN_SECS, TrackerRunner
 from .profile import DeviceProfile
 from .search import make_cost_model, make_search_strategy, make_task_scheduler
+from .search.factory import auto_population
 from .tasks import LoadedModel, load_model, prepare_for_tuning
 
 SUMMARY_NAME = "summary.json"
@@ -329,30 +330,42 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         # -- tasks ---------------------------------------------------------
         load_tensor_intrinsics(target)
         prepared = prepare_for_tuning(model.mod, target)
-        extracted = ms.relax_integration.extract_tasks(prepared, target)
+        extracted = [
+            task
+            for task in ms.relax_integration.extract_tasks(prepared, target)
+            if not task.mod.attrs.get("tirx.is_scheduled", False)  # nothing to tune
+        ]
+        workloads = [task.dispatched[0] for task in extracted]
+        previous = [history.count_records(workload=mod, target=target) for mod in workloads]
+        already = sum(previous)
+        remaining = max(0, trials - already)
+        # A budget smaller than one batch per task would starve the tasks
+        # picked last (often the biggest convolutions): shrink the batches.
+        per_iter = min(profile.tuning.num_trials_per_iter, max(1, remaining // max(1, len(extracted))))
         # MetaSchedule's console handler takes the level its logger has right
         # now: keep its per-round tables in the log files, off the terminal.
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             extracted,
             work_dir=str(out_dir / "logs"),
-            strategy=make_search_strategy(profile.tuning.search_strategy),
+            strategy=make_search_strategy(
+                profile.tuning.search_strategy,
+                num_trials_per_iter=per_iter,
+                population_size=profile.tuning.population_size,
+            ),
             num_threads=os.cpu_count() or 1,
             seed=profile.tuning.seed,
         )
         tasks = [
-            TaskProgress(index=i, name=ctx.task_name, weight=float(w), flops=_task_flops(ctx.mod))
-            for i, (ctx, w) in enumerate(zip(contexts, weights))
+            TaskProgress(index=i, name=ctx.task_name, weight=float(w), flops=_task_flops(ctx.mod), previous_trials=n)
+            for i, (ctx, w, n) in enumerate(zip(contexts, weights, previous))
         ]
         cache = CandidateCache()
         for ctx, task in zip(contexts, tasks):
-            task.previous_trials = history.count_records(workload=ctx.mod, target=target)
             cache.add_history(history, ctx.mod, target)
             best = history.best_record(ctx.mod, target)
             if best is not None:
                 task.best_sec = float(np.mean([float(x) for x in best.run_secs]))
-        already = sum(t.previous_trials for t in tasks)
-        remaining = max(0, trials - already)
         progress = TuneProgress(budget=remaining, tasks=tasks)
 
         # -- search, build, measure, history ----------------------------------
@@ -368,14 +381,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         runner = TrackerRunner(
             address,
             device=profile.rpc.device,
-            config=MeasureConfig(
-                number=profile.measure.number,
-                repeat=profile.measure.repeat,
-                min_repeat_ms=profile.measure.min_repeat_ms,
-                cooldown_sec=profile.measure.cooldown_sec,
-                enable_cpu_cache_flush=profile.measure.enable_cpu_cache_flush,
-                timeout_sec=profile.measure.timeout_sec,
-            ),
+            config=profile.measure,
             session_timeout_sec=profile.rpc.session_timeout_sec,
             lookup_cached=cache.lookup_key,
         )
@@ -390,9 +396,6 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             progress.started = time.monotonic()
             sink.on_phase(progress)
             per_task = profile.tuning.max_trials_per_task or remaining
-            # A budget smaller than one batch per task would starve the tasks
-            # picked last (often the biggest convolutions): shrink the batches.
-            per_iter = min(profile.tuning.num_trials_per_iter, max(1, remaining // len(contexts)))
             tune_started = time.monotonic()
             try:
                 with _stop_on_sigint(stop):
@@ -445,6 +448,15 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 "device": runner.stats.device_seconds,
                 "upload": runner.stats.upload_seconds,
                 "build": builder.stats.build_seconds,
+            },
+            "search": {
+                "strategy": profile.tuning.search_strategy,
+                "population_size": (profile.tuning.population_size or auto_population(per_iter))
+                if profile.tuning.search_strategy == "evolutionary"
+                else None,
+                "num_trials_per_iter": per_iter,
+                "cost_model": profile.tuning.cost_model,
+                "task_scheduler": profile.tuning.task_scheduler,
             },
             "interrupted": interrupted,
             "tasks": [t.to_dict() for t in tasks],

@@ -1,16 +1,20 @@
 """Tuning history: a MetaSchedule database in SQL.
 
 Backend conformance pattern: every test taking ``db_url`` runs once per backend
-in ``BACKENDS``. To run the suite on PostgreSQL too, add ``"postgresql"`` to
-``BACKENDS``; that parameter reads ``EDGETUNE_TEST_POSTGRES_URL`` (an empty
-database the tests may wipe) and is skipped when it is unset.
+in ``BACKENDS``. The ``postgresql`` parameter uses the session's own PostgreSQL
+server (conftest ``postgres_url``: Debian's ``postgresql`` binaries; skipped
+without them, a failure under ``CI=true``), or ``EDGETUNE_TEST_POSTGRES_URL`` (an
+empty database the tests may wipe) when that is set. Every test starts from an
+empty database.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
+import multiprocessing
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -23,9 +27,9 @@ from tvm.s_tir import meta_schedule as ms
 
 from edgetune.errors import HistoryError
 from edgetune.history import SCHEMA_VERSION, HistoryDatabase, open_history
-from edgetune.history.schema import metadata
+from conftest import reset_postgres
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgresql"]
 
 ARM = tvm.target.Target(
     {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "num-cores": 4}
@@ -44,12 +48,8 @@ def _sqlalchemy_url(db_url: str) -> str:
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'history' / 'tuning.db'}"
-    url = os.environ.get("EDGETUNE_TEST_POSTGRES_URL")
-    if not url:
-        pytest.skip("EDGETUNE_TEST_POSTGRES_URL is not set")
-    engine = sa.create_engine(_sqlalchemy_url(url))
-    metadata.drop_all(engine)
-    engine.dispose()
+    url = request.getfixturevalue("postgres_url")
+    reset_postgres(url)
     return url
 
 
@@ -72,9 +72,9 @@ def _matmul() -> tuple[tvm.IRModule, list[ms.arg_info.ArgInfo]]:
 MOD, ARGS = _matmul()
 
 
-def _schedule(factor: int) -> Schedule:
+def _schedule(factor: int, mod: tvm.IRModule = MOD) -> Schedule:
     """A distinct candidate per factor: split the outer loop by ``factor``."""
-    sch = Schedule(MOD)
+    sch = Schedule(mod)
     i, _j, _k = sch.get_loops(sch.get_sblock("C"))
     sch.split(i, [None, factor])
     return sch
@@ -131,27 +131,46 @@ def test_is_a_metaschedule_database(db):
     assert ms.database.Database.current() is None
 
 
-def test_duplicate_workload_rows_from_concurrent_writers_are_one_workload(db_url):
-    """Two tuners committing the same new module at once may each insert a row."""
+def _add_equal_workload_row(db_url: str, mod: tvm.IRModule = MOD) -> int:
+    """A second row for ``mod``, serialised differently (as another TVM version would)."""
+    text = json.dumps(json.loads(tvm.ir.save_json(mod)), indent=1)
+    engine = sa.create_engine(_sqlalchemy_url(db_url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO workloads (shash, mod_hash, mod_json, created_at)"
+                    " VALUES (:s, :h, :m, 0)"
+                ),
+                {
+                    "s": str(tvm_ffi.structural_hash(mod)),
+                    "h": hashlib.sha256(text.encode()).hexdigest(),
+                    "m": text,
+                },
+            )
+            return conn.execute(sa.text("SELECT MAX(id) FROM workloads")).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def test_structurally_equal_workload_rows_are_one_workload(db_url):
+    """A module serialised differently (another TVM version, an import) has its own row."""
     first = open_history(db_url, board_id="board-01")
     first.commit_tuning_record(_record(first.commit_workload(MOD), 2, [4e-3]))
     first.close()
-    # What a racing second tuner leaves behind: its own row for MOD, its record under it.
+    second_row = _add_equal_workload_row(db_url)
     engine = sa.create_engine(_sqlalchemy_url(db_url))
     with engine.begin() as conn:
         conn.execute(
-            sa.text("INSERT INTO workloads (shash, mod_json, created_at) VALUES (:s, :m, 0)"),
-            {"s": str(tvm_ffi.structural_hash(MOD)), "m": tvm.ir.save_json(MOD)},
-        )
-        conn.execute(
             sa.text(
-                "INSERT INTO records (workload_id, target_json, target_kind, trace_json,"
-                " candidate_hash, run_secs_json, mean_run_sec, args_info_json, board_id,"
-                " tvm_version, created_at)"
-                " SELECT (SELECT MAX(id) FROM workloads), target_json, target_kind, trace_json,"
-                " 'racer', '[0.001]', 0.001, args_info_json, 'board-02', tvm_version, 0"
+                "INSERT INTO records (workload_id, target_json, target_hash, target_kind,"
+                " trace_json, candidate_hash, run_secs_json, mean_run_sec, args_info_json,"
+                " board_id, tvm_version, created_at)"
+                " SELECT :w, target_json, target_hash, target_kind, trace_json,"
+                " 'other', '[0.001]', 0.001, args_info_json, 'board-02', tvm_version, 0"
                 " FROM records"
-            )
+            ),
+            {"w": second_row},
         )
     engine.dispose()
 
@@ -160,8 +179,38 @@ def test_duplicate_workload_rows_from_concurrent_writers_are_one_workload(db_url
         workload = db.commit_workload(MOD)
         assert [_secs(r) for r in db.get_top_k(workload, 5)] == [[1e-3], [4e-3]]
         assert db.count_records(MOD) == 2
+        # a candidate already stored under the other row is updated there, not duplicated
+        db.commit_tuning_record(_record(workload, 2, [3e-3]))
+        assert db.count_records(MOD) == 2
+        assert db.lookup_run_secs(MOD, ARM, _schedule(2).trace) == [3e-3]
     finally:
         db.close()
+    assert _scalar(db_url, "SELECT COUNT(*) FROM workloads") == 2
+
+
+def test_same_module_from_two_handles_is_one_row(db_url):
+    """Insert-or-select: a second writer that has not seen the row reuses it."""
+    first = open_history(db_url)
+    second = open_history(db_url)
+    try:
+        assert second.count_records(MOD) == 0  # second has looked and found nothing
+        first.commit_workload(MOD)
+        second.commit_tuning_record(_record(second.commit_workload(MOD), 4, [1e-3]))
+        assert _scalar(db_url, "SELECT COUNT(*) FROM workloads") == 1
+        # A writer that looked before the row existed inserts at the same moment as
+        # another: the unique (shash, mod_hash) makes its insert select that row.
+        row_id = _scalar(db_url, "SELECT id FROM workloads")
+        third = open_history(db_url)
+        try:
+            with third._engine.begin() as conn:
+                entry = third._insert_workload(conn, MOD, tvm.ir.save_json(MOD), time.time())
+            assert entry.ids == [row_id]
+        finally:
+            third.close()
+        assert _scalar(db_url, "SELECT COUNT(*) FROM workloads") == 1
+    finally:
+        first.close()
+        second.close()
 
 
 # ----------------------------------------------------------------------- records
@@ -272,6 +321,22 @@ def test_query_schedule_applies_the_best_trace(db):
     assert db.query_schedule(unknown, ARM, "main") is None
 
 
+def test_long_target_and_trace_texts_are_indexed_by_hash(db, db_url):
+    """Unique keys use SHA-256 digests, so no TEXT column is indexed (PostgreSQL's
+    B-tree refuses entries over about 2.7 kB)."""
+    features = [f"+feature-{index:04d}" for index in range(600)]
+    long_target = tvm.target.Target(
+        {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": features}
+    )
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 4, [2e-3], target=long_target))
+    db.commit_tuning_record(_record(workload, 4, [1e-3], target=long_target))
+    assert len(json.loads(_scalar(db_url, "SELECT target_json FROM records"))["mattr"]) == 600
+    assert db.count_records(MOD, long_target) == 1
+    assert _secs(db.best_record(MOD, long_target)) == [1e-3]
+    assert db.best_record(MOD, ARM) is None
+
+
 # ------------------------------------------------------------------ persistence
 
 
@@ -332,6 +397,126 @@ def test_schema_version_mismatch_is_refused(db_url):
     assert "\n" not in message
 
 
+def _version_1_tables() -> sa.MetaData:
+    """The tables as schema version 1 created them."""
+    old = sa.MetaData()
+    sa.Table(
+        "meta", old,
+        sa.Column("key", sa.String(64), primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+    )
+    sa.Table(
+        "workloads", old,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("shash", sa.String(20), nullable=False, index=True),
+        sa.Column("mod_json", sa.Text, nullable=False),
+        sa.Column("created_at", sa.Double, nullable=False),
+    )
+    sa.Table(
+        "records", old,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column(
+            "workload_id", sa.Integer, sa.ForeignKey("workloads.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        sa.Column("target_json", sa.Text, nullable=False),
+        sa.Column("target_kind", sa.String(64), nullable=False),
+        sa.Column("trace_json", sa.Text, nullable=False),
+        sa.Column("candidate_hash", sa.String(64), nullable=False),
+        sa.Column("run_secs_json", sa.Text, nullable=True),
+        sa.Column("mean_run_sec", sa.Double, nullable=True),
+        sa.Column("error", sa.Text, nullable=True),
+        sa.Column("args_info_json", sa.Text, nullable=False),
+        sa.Column("board_id", sa.String(255), nullable=False),
+        sa.Column("tvm_version", sa.String(64), nullable=False),
+        sa.Column("created_at", sa.Double, nullable=False),
+        sa.UniqueConstraint(
+            "workload_id", "target_json", "candidate_hash", name="uq_records_candidate"
+        ),
+        sa.Index("ix_records_best", "workload_id", "target_json", "mean_run_sec"),
+    )
+    return old
+
+
+def _version_1_record(workload_id: int, factor: int, secs: float, mod=MOD) -> dict:
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    trace, _, target, args_json = ms.database.TuningRecord(
+        _schedule(factor, mod).trace, ms.database.Workload(mod), [secs], ARM, args
+    ).as_json()
+    trace_text = json.dumps(trace, sort_keys=True)
+    return {
+        "workload_id": workload_id,
+        "target_json": json.dumps(target, sort_keys=True),
+        "target_kind": "llvm",
+        "trace_json": trace_text,
+        "candidate_hash": hashlib.sha256(trace_text.encode()).hexdigest(),
+        "run_secs_json": json.dumps([secs]),
+        "mean_run_sec": secs,
+        "error": None,
+        "args_info_json": json.dumps(args_json, sort_keys=True),
+        "board_id": "old",
+        "tvm_version": tvm.__version__,
+        "created_at": 1.0,
+    }
+
+
+def test_version_1_history_is_upgraded_on_open(db_url):
+    old = _version_1_tables()
+    mod8 = tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})
+    engine = sa.create_engine(_sqlalchemy_url(db_url))
+    with engine.begin() as conn:
+        old.create_all(conn)
+        conn.execute(old.tables["meta"].insert(), [{"key": "schema_version", "value": "1"}])
+        shash = str(tvm_ffi.structural_hash(MOD))
+        # two racing version-1 writers left two rows of the same module text
+        conn.execute(
+            old.tables["workloads"].insert(),
+            [
+                {"shash": shash, "mod_json": tvm.ir.save_json(MOD), "created_at": 0.0},
+                {"shash": shash, "mod_json": tvm.ir.save_json(MOD), "created_at": 0.0},
+                {"shash": str(tvm_ffi.structural_hash(mod8)), "mod_json": tvm.ir.save_json(mod8), "created_at": 0.0},
+            ],
+        )
+        conn.execute(
+            old.tables["records"].insert(),
+            [
+                _version_1_record(1, 2, 4e-3),
+                _version_1_record(1, 4, 1e-3),
+                _version_1_record(2, 4, 5e-4),  # the same candidate under the other row
+                _version_1_record(2, 8, 2e-3),
+                _version_1_record(3, 2, 7e-5, mod8),
+            ],
+        )
+    engine.dispose()
+
+    with pytest.raises(HistoryError, match="open it once without read-only to upgrade"):
+        open_history(db_url, read_only=True)
+    db = open_history(db_url, board_id="new")
+    try:
+        assert _scalar(db_url, "SELECT value FROM meta WHERE key = 'schema_version'") == str(
+            SCHEMA_VERSION
+        )
+        assert _scalar(db_url, "SELECT COUNT(*) FROM workloads") == 2
+        assert len(db) == 4
+        assert db.lookup_run_secs(MOD, ARM, _schedule(4).trace) == [1e-3]
+        assert db.lookup_run_secs(MOD, ARM, _schedule(8).trace) == [2e-3]
+        workload = db.commit_workload(MOD)
+        assert [_secs(r) for r in db.get_top_k(workload, 5)] == [[1e-3], [2e-3], [4e-3]]
+        # the new unique keys work: a re-measured candidate updates its row
+        db.commit_tuning_record(_record(workload, 2, [3e-4]))
+        db.commit_tuning_record(_record(workload, 16, [9e-3]))
+        assert len(db) == 5
+        assert _secs(db.best_record(MOD, ARM)) == [3e-4]
+        assert _scalar(db_url, "SELECT COUNT(*) FROM records WHERE target_hash IS NULL") == 0
+    finally:
+        db.close()
+    reopened = open_history(db_url, read_only=True)
+    try:
+        assert len(reopened) == 5
+    finally:
+        reopened.close()
+
+
 def test_export_json_loads_in_stock_json_database(db, tmp_path):
     workload = db.commit_workload(MOD)
     db.commit_tuning_record(_record(workload, 2, [4e-3]))
@@ -357,6 +542,98 @@ def test_export_json_loads_in_stock_json_database(db, tmp_path):
     # exporting again replaces the files instead of appending to them
     db.export_json(tmp_path / "export")
     assert len(path_record.read_text().splitlines()) == 3
+
+
+# ----------------------------------------------------------- concurrent writers
+
+WRITERS = 4
+OWN_PER_WRITER = 12  # distinct candidates per writer and workload
+SHARED = 4  # candidates every writer commits (the same traces)
+
+
+def _own_secs(writer: int, factor: int) -> float:
+    return (1 + writer) * 1e-3 + factor * 1e-6
+
+
+def _concurrent_writer(db_url: str, writer: int, barrier) -> None:
+    """One tuner process: commits its own candidates and the shared ones, interleaved."""
+    mods = [MOD, tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})]
+    own = range(2 + writer * OWN_PER_WRITER, 2 + (writer + 1) * OWN_PER_WRITER)
+    shared = range(1000, 1000 + SHARED)
+    # every trace built before the start line, so the writers really overlap
+    jobs = [
+        (index, _schedule(factor, mod).trace, [_own_secs(writer, factor)])
+        for factor in own
+        for index, mod in enumerate(mods)
+    ] + [
+        (index, _schedule(factor, mod).trace, [(1 + writer) * 1e-2])
+        for factor in shared
+        for index, mod in enumerate(mods)
+    ]
+    args = [ms.arg_info.ArgInfo.from_prim_func(mod["main"]) for mod in mods]
+    db = open_history(db_url, board_id=f"writer-{writer}")
+    try:
+        barrier.wait(timeout=120)
+        # all writers commit the same two new workloads at the same moment
+        handles = [db.commit_workload(mod) for mod in mods]
+        for index, trace, secs in jobs:
+            db.commit_tuning_record(
+                ms.database.TuningRecord(trace, handles[index], secs, ARM, args[index])
+            )
+    finally:
+        db.close()
+
+
+def test_concurrent_writers_lose_and_duplicate_nothing(db_url):
+    """4 tuner processes write one history at once; counts are checked exactly."""
+    open_history(db_url).close()  # the tables exist; the workloads are new to everyone
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(WRITERS)
+    writers = [
+        ctx.Process(target=_concurrent_writer, args=(db_url, writer, barrier))
+        for writer in range(WRITERS)
+    ]
+    started = time.monotonic()
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(timeout=120)
+    for process in writers:
+        if process.is_alive():
+            process.kill()
+    assert [process.exitcode for process in writers] == [0] * WRITERS
+    assert time.monotonic() - started < 120
+
+    per_workload = WRITERS * OWN_PER_WRITER + SHARED
+    assert _scalar(db_url, "SELECT COUNT(*) FROM workloads") == 2
+    assert _scalar(db_url, "SELECT COUNT(*) FROM records") == 2 * per_workload
+    distinct = _scalar(
+        db_url,
+        "SELECT COUNT(*) FROM (SELECT DISTINCT workload_id, target_hash, candidate_hash"
+        " FROM records) AS triples",
+    )
+    assert distinct == 2 * per_workload
+    for writer in range(WRITERS):
+        mine = _scalar(
+            db_url, f"SELECT COUNT(*) FROM records WHERE board_id = 'writer-{writer}'"
+        )
+        # its own candidates, plus the shared ones it happened to write last
+        assert 2 * OWN_PER_WRITER <= mine <= 2 * (OWN_PER_WRITER + SHARED)
+
+    db = open_history(db_url, read_only=True)
+    try:
+        assert len(db) == 2 * per_workload
+        for writer in range(WRITERS):
+            for factor in range(2 + writer * OWN_PER_WRITER, 2 + (writer + 1) * OWN_PER_WRITER):
+                assert db.lookup_run_secs(MOD, ARM, _schedule(factor).trace) == [
+                    pytest.approx(_own_secs(writer, factor), rel=1e-12)
+                ]
+        for factor in range(1000, 1000 + SHARED):
+            secs = db.lookup_run_secs(MOD, ARM, _schedule(factor).trace)
+            assert secs is not None and len(secs) == 1
+            assert secs[0] in [pytest.approx((1 + w) * 1e-2) for w in range(WRITERS)]
+    finally:
+        db.close()
 
 
 # ------------------------------------------------------------------ SQLite only

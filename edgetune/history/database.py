@@ -31,7 +31,7 @@ import sqlalchemy as sa
 import tvm
 import tvm_ffi
 from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
@@ -70,6 +70,19 @@ _RECORD_COLUMNS = (
     records.c.args_info_json,
     records.c.error,
 )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _insert(conn: Connection, table: sa.Table) -> Any:
+    """The dialect's INSERT, which has ``on_conflict_do_nothing/update`` on both backends."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
 
 
 def _canonical(obj: Any) -> str:
@@ -178,8 +191,9 @@ def _create_engine(url: URL, name: str, read_only: bool) -> Engine:
 class _Workload:
     """One distinct IRModule: the Workload handed to TVM and every row that holds it.
 
-    Two processes committing the same new module at once may each insert a row;
-    both rows are the same workload, so queries cover all of ``ids``.
+    Rows are unique by (shash, mod_hash), so concurrent writers of the same module
+    share one row; a structurally equal module serialised differently (another
+    TVM version, an import) has its own row, so queries cover all of ``ids``.
     """
 
     workload: Workload
@@ -231,8 +245,11 @@ class HistoryDatabase(ms.database.PyDatabase):
                 with self._engine.connect() as conn:
                     tables = set(sa.inspect(conn).get_table_names())
                     if "meta" in tables:
-                        self._check_version(conn)
-                        return
+                        version = self._check_version(conn)
+                if "meta" in tables:
+                    if version == 1:
+                        self._upgrade_from_1()
+                    return
                 if tables:
                     raise HistoryError(
                         f"{self._name}: a database, but not an edgetune tuning history "
@@ -264,7 +281,8 @@ class HistoryDatabase(ms.database.PyDatabase):
             f"{self._name}: cannot open as a tuning history ({_one_line(last_error)})"
         ) from None
 
-    def _check_version(self, conn: Connection) -> None:
+    def _check_version(self, conn: Connection) -> int:
+        """The schema version; a version this edgetune cannot read or upgrade is refused."""
         value = conn.execute(
             sa.select(meta.c.value).where(meta.c.key == "schema_version")
         ).scalar_one_or_none()
@@ -274,11 +292,93 @@ class HistoryDatabase(ms.database.PyDatabase):
             raise HistoryError(
                 f"{self._name}: tuning history without a valid schema version ({value!r})"
             ) from None
+        if version == 1 and SCHEMA_VERSION == 2:
+            if self._read_only:
+                raise HistoryError(
+                    f"{self._name}: history schema version 1; open it once without read-only "
+                    f"to upgrade it to version {SCHEMA_VERSION}"
+                )
+            return version
         if version != SCHEMA_VERSION:
             raise HistoryError(
                 f"{self._name}: history schema version {version}, this edgetune reads version "
                 f"{SCHEMA_VERSION}; export it with the edgetune that wrote it"
             )
+        return version
+
+    def _upgrade_from_1(self) -> None:
+        """Bring a version-1 history to version 2, in one transaction.
+
+        Adds the hash columns, merges rows of the same serialised module (version
+        1 had no unique constraint on workloads; a record both rows hold stays
+        with the first row) and creates the unique indexes on the hashes.
+        """
+        assert self._engine is not None
+        with self._engine.connect() as conn:
+            postgres = conn.dialect.name == "postgresql"
+            # one upgrader at a time; the others wait, then find version 2
+            conn.exec_driver_sql(
+                "LOCK TABLE meta IN EXCLUSIVE MODE" if postgres else "BEGIN IMMEDIATE"
+            )
+            if self._check_version(conn) != 1:  # another process upgraded it meanwhile
+                conn.rollback()
+                return
+            text = conn.exec_driver_sql
+            text("ALTER TABLE workloads ADD COLUMN mod_hash VARCHAR(64)")
+            text("ALTER TABLE records ADD COLUMN target_hash VARCHAR(64)")
+            rows = conn.execute(sa.select(workloads.c.id, workloads.c.mod_json)).all()
+            for row in rows:
+                conn.execute(
+                    workloads.update()
+                    .where(workloads.c.id == row.id)
+                    .values(mod_hash=_sha256(row.mod_json))
+                )
+            targets = conn.execute(sa.select(records.c.target_json).distinct()).scalars().all()
+            for target in targets:
+                conn.execute(
+                    records.update()
+                    .where(records.c.target_json == target)
+                    .values(target_hash=_sha256(target))
+                )
+            first: dict[tuple[str, str], int] = {}
+            for row in conn.execute(
+                sa.select(workloads.c.id, workloads.c.shash, workloads.c.mod_hash).order_by(
+                    workloads.c.id
+                )
+            ).all():
+                keep = first.setdefault((row.shash, row.mod_hash), row.id)
+                if keep == row.id:
+                    continue
+                other = records.alias("other")
+                conn.execute(
+                    records.update()
+                    .where(
+                        records.c.workload_id == row.id,
+                        ~sa.exists().where(
+                            other.c.workload_id == keep,
+                            other.c.target_hash == records.c.target_hash,
+                            other.c.candidate_hash == records.c.candidate_hash,
+                        ),
+                    )
+                    .values(workload_id=keep)
+                )
+                conn.execute(records.delete().where(records.c.workload_id == row.id))
+                conn.execute(workloads.delete().where(workloads.c.id == row.id))
+            if postgres:
+                text("ALTER TABLE records DROP CONSTRAINT uq_records_candidate")
+            # SQLite cannot drop version 1's UNIQUE (workload_id, target_json,
+            # candidate_hash); it says the same as the new one, so it stays.
+            text("DROP INDEX ix_records_best")
+            text("CREATE UNIQUE INDEX uq_workloads_module ON workloads (shash, mod_hash)")
+            text(
+                "CREATE UNIQUE INDEX uq_records_candidate"
+                " ON records (workload_id, target_hash, candidate_hash)"
+            )
+            text("CREATE INDEX ix_records_best ON records (workload_id, target_hash, mean_run_sec)")
+            conn.execute(
+                meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION))
+            )
+            conn.commit()
 
     @contextmanager
     def _access(self, action: str, *, write: bool = False) -> Iterator[Engine]:
@@ -291,6 +391,39 @@ class HistoryDatabase(ms.database.PyDatabase):
             yield self._engine
         except SQLAlchemyError as err:
             raise HistoryError(f"{self._name}: cannot {action}: {_one_line(err)}") from err
+
+    @contextmanager
+    def _write_transaction(self, action: str) -> Iterator[Connection]:
+        """One transaction that holds the write lock from its first statement.
+
+        Maintenance reads, then deletes or updates what it read; on SQLite a
+        deferred transaction would let another writer slip in between, so it
+        starts with ``BEGIN IMMEDIATE``. PostgreSQL's row locks and unique
+        constraints cover the concurrent writers there.
+        """
+        with self._access(action, write=True) as engine:
+            with engine.connect() as conn:
+                try:
+                    if conn.dialect.name == "sqlite":
+                        conn.exec_driver_sql("BEGIN IMMEDIATE")
+                    yield conn
+                    conn.commit()
+                except BaseException:
+                    conn.rollback()
+                    # rows attached during the transaction may not exist any more
+                    self._forget_workloads()
+                    raise
+
+    def _forget_workloads(self) -> None:
+        self._by_id.clear()
+        self._by_shash.clear()
+        self._by_handle.clear()
+        self._record_cache.clear()
+
+    def _all_workloads(self, conn: Connection) -> dict[int, _Workload]:
+        """Every workload row, by id; rows of one workload share their entry."""
+        self._load_workload_rows(conn, sa.true())
+        return self._by_id
 
     # ---------------------------------------------------------------- workloads
 
@@ -350,13 +483,31 @@ class HistoryDatabase(ms.database.PyDatabase):
         if self._read_only:
             raise HistoryError(f"{self._name}: opened read-only, cannot add a workload")
         mod = workload if isinstance(workload, IRModule) else workload.mod
-        shash = str(tvm_ffi.structural_hash(mod))
         with engine.begin() as conn:
-            row_id = conn.execute(
-                workloads.insert().values(
-                    shash=shash, mod_json=tvm.ir.save_json(mod), created_at=time.time()
-                )
-            ).inserted_primary_key[0]
+            return self._insert_workload(conn, mod, tvm.ir.save_json(mod), time.time())
+
+    def _insert_workload(
+        self, conn: Connection, mod: IRModule, mod_json: str, created_at: float
+    ) -> _Workload:
+        """Insert-or-select the row of exactly this serialised module.
+
+        Another writer may insert the same module at the same moment: the unique
+        (shash, mod_hash) makes one insert a no-op, and both then read the one row.
+        """
+        shash = str(tvm_ffi.structural_hash(mod))
+        key = {"shash": shash, "mod_hash": _sha256(mod_json)}
+        conn.execute(
+            _insert(conn, workloads)
+            .values(**key, mod_json=mod_json, created_at=created_at)
+            .on_conflict_do_nothing(index_elements=["shash", "mod_hash"])
+        )
+        row_id = conn.execute(
+            sa.select(workloads.c.id).where(
+                workloads.c.shash == shash, workloads.c.mod_hash == key["mod_hash"]
+            )
+        ).scalar_one()
+        if row_id in self._by_id:
+            return self._by_id[row_id]
         return self._attach(row_id, shash, mod)
 
     def has_workload(self, mod: IRModule) -> bool:
@@ -400,7 +551,7 @@ class HistoryDatabase(ms.database.PyDatabase):
     def _filtered(self, stmt: sa.Select) -> sa.Select:
         if self._target_filter is None:
             return stmt
-        return stmt.where(records.c.target_json == self._target_filter)
+        return stmt.where(records.c.target_hash == self._target_filter)
 
     def _commit_record(self, record: TuningRecord, error: str | None) -> None:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
@@ -418,34 +569,48 @@ class HistoryDatabase(ms.database.PyDatabase):
             "tvm_version": tvm.__version__,
             "created_at": time.time(),
         }
+        target_text = _canonical(target_cfg)
         with self._access("commit a tuning record", write=True) as engine:
-            workload_id = self._commit(engine, record.workload).ids[0]
+            entry = self._commit(engine, record.workload)
             key = {
-                "workload_id": workload_id,
-                "target_json": _canonical(target_cfg),
-                "candidate_hash": hashlib.sha256(trace_text.encode()).hexdigest(),
+                "target_hash": _sha256(target_text),
+                "candidate_hash": _sha256(trace_text),
             }
-            try:
-                with engine.begin() as conn:
-                    conn.execute(
-                        records.insert().values(
-                            **key,
-                            **update,
-                            target_kind=target_cfg["kind"] if target_cfg else "",
-                            trace_json=trace_text,
-                            args_info_json=_canonical(args_info),
+            with engine.begin() as conn:
+                if len(entry.ids) > 1:
+                    # The candidate may be stored under another row of this workload.
+                    existing = conn.execute(
+                        sa.select(records.c.id)
+                        .where(
+                            records.c.workload_id.in_(entry.ids),
+                            *(records.c[name] == value for name, value in key.items()),
                         )
+                        .order_by(records.c.id)
+                        .limit(1)
+                    ).scalar_one_or_none()
+                    if existing is not None:
+                        conn.execute(
+                            records.update().where(records.c.id == existing).values(**update)
+                        )
+                        return
+                # One atomic statement: a candidate measured before (by this or
+                # another writer) keeps one row, with the newest result.
+                conn.execute(
+                    _insert(conn, records)
+                    .values(
+                        workload_id=entry.ids[0],
+                        **key,
+                        **update,
+                        target_json=target_text,
+                        target_kind=target_cfg["kind"] if target_cfg else "",
+                        trace_json=trace_text,
+                        args_info_json=_canonical(args_info),
                     )
-            except IntegrityError:
-                # The candidate was measured before: keep one row with the newest result.
-                with engine.begin() as conn:
-                    updated = conn.execute(
-                        records.update()
-                        .where(*(records.c[name] == value for name, value in key.items()))
-                        .values(**update)
-                    ).rowcount
-                if updated != 1:
-                    raise
+                    .on_conflict_do_update(
+                        index_elements=["workload_id", "target_hash", "candidate_hash"],
+                        set_=update,
+                    )
+                )
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
         """Store a measurement; run_secs None or >= 1e9 (MetaSchedule's stub) is a failure."""
@@ -493,7 +658,7 @@ class HistoryDatabase(ms.database.PyDatabase):
         A history shared by several boards holds one best record per board; without
         the filter ``compile_relax`` could apply another board's schedule.
         """
-        self._target_filter = None if target is None else _target_json(target)
+        self._target_filter = None if target is None else _sha256(_target_json(target))
 
     def count_records(
         self,
@@ -504,7 +669,7 @@ class HistoryDatabase(ms.database.PyDatabase):
         """Number of records, optionally of one workload/target; ignores the target filter."""
         stmt = sa.select(sa.func.count()).select_from(records)
         if target is not None:
-            stmt = stmt.where(records.c.target_json == _target_json(target))
+            stmt = stmt.where(records.c.target_hash == _sha256(_target_json(target)))
         if successful_only:
             stmt = stmt.where(records.c.mean_run_sec.is_not(None))
         with self._access("count tuning records") as engine, engine.connect() as conn:
@@ -526,13 +691,12 @@ class HistoryDatabase(ms.database.PyDatabase):
             trace_json, _, target_cfg, _ = TuningRecord(
                 trace, entry.workload, None, target
             ).as_json()
-            digest = hashlib.sha256(_canonical(trace_json).encode()).hexdigest()
             return conn.execute(
                 sa.select(records.c.run_secs_json, records.c.error)
                 .where(
                     records.c.workload_id.in_(entry.ids),
-                    records.c.target_json == _canonical(target_cfg),
-                    records.c.candidate_hash == digest,
+                    records.c.target_hash == _sha256(_canonical(target_cfg)),
+                    records.c.candidate_hash == _sha256(_canonical(trace_json)),
                 )
                 .order_by(records.c.id)
                 .limit(1)
@@ -570,7 +734,7 @@ class HistoryDatabase(ms.database.PyDatabase):
                 sa.select(*_RECORD_COLUMNS)
                 .where(
                     records.c.workload_id.in_(entry.ids),
-                    records.c.target_json == _target_json(target),
+                    records.c.target_hash == _sha256(_target_json(target)),
                     records.c.mean_run_sec.is_not(None),
                 )
                 .order_by(records.c.mean_run_sec, records.c.id)

@@ -4,7 +4,9 @@ Only portable column types are used so that the same tables work on SQLite and
 PostgreSQL. Times are Unix seconds (``Double``), which every backend stores and
 compares the same way. JSON is stored as canonical text
 (``json.dumps(..., sort_keys=True)``) rather than a JSON column type, because
-equality on the text is what the unique constraint and the target filter need.
+equality on the text is what the unique constraints and the target filter need;
+they compare SHA-256 hex digests of the text (bounded VARCHARs, indexable on
+every backend) rather than the TEXT itself.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import sqlalchemy as sa
 
 #: Bump when a table or the meaning of a column changes; a history file written
 #: with another version is refused instead of being misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 2 added ``workloads.mod_hash`` (unique with ``shash``: concurrent writers
+# committing the same new module get one row) and ``records.target_hash`` (the
+# unique key and the best-record index use the hash, not unbounded TEXT, which
+# PostgreSQL cannot index beyond about 2.7 kB).
 
 metadata = sa.MetaData()
 
@@ -27,14 +33,19 @@ meta = sa.Table(
 )
 
 #: One row per distinct IRModule. ``shash`` is only a bucket: two rows are the
-#: same workload when their modules are structurally equal.
+#: same workload when their modules are structurally equal. ``mod_hash`` is the
+#: SHA-256 of ``mod_json``; (shash, mod_hash) is unique, so writers committing
+#: the same module at once insert-or-select one row. Structurally equal modules
+#: serialised differently (another TVM version) may still have two rows.
 workloads = sa.Table(
     "workloads",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("shash", sa.String(20), nullable=False, index=True),
+    sa.Column("shash", sa.String(32), nullable=False),
+    sa.Column("mod_hash", sa.String(64), nullable=False),
     sa.Column("mod_json", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
+    sa.UniqueConstraint("shash", "mod_hash", name="uq_workloads_module"),
 )
 
 #: One row per measured candidate (workload, target, trace). ``mean_run_sec`` is
@@ -51,6 +62,8 @@ records = sa.Table(
         nullable=False,
     ),
     sa.Column("target_json", sa.Text, nullable=False),
+    # SHA-256 of target_json: the indexed stand-in for the unbounded text
+    sa.Column("target_hash", sa.String(64), nullable=False),
     sa.Column("target_kind", sa.String(64), nullable=False),
     sa.Column("trace_json", sa.Text, nullable=False),
     sa.Column("candidate_hash", sa.String(64), nullable=False),
@@ -62,7 +75,7 @@ records = sa.Table(
     sa.Column("tvm_version", sa.String(64), nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.UniqueConstraint(
-        "workload_id", "target_json", "candidate_hash", name="uq_records_candidate"
+        "workload_id", "target_hash", "candidate_hash", name="uq_records_candidate"
     ),
-    sa.Index("ix_records_best", "workload_id", "target_json", "mean_run_sec"),
+    sa.Index("ix_records_best", "workload_id", "target_hash", "mean_run_sec"),
 )

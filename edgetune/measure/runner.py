@@ -25,27 +25,14 @@ from tvm.ir.utils import derived_object
 
 from ..board.tracker import TrackerAddress, request_session
 from ..build.builder import CACHED_ARTIFACT_PREFIX
+from ..profile.schema import MeasureSettings
 
 #: MetaSchedule treats run times at or above this as failures
 FAILED_RUN_SECS = 1e10
 
 
-@dataclass(frozen=True)
-class MeasureConfig:
-    """How one candidate is timed on the device (from the profile's ``[measure]``)."""
-
-    number: int = 10
-    repeat: int = 3
-    min_repeat_ms: int = 50
-    cooldown_sec: float = 0.0
-    enable_cpu_cache_flush: bool = False
-    timeout_sec: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.number < 1:
-            raise ValueError(f"number must be >= 1, got {self.number!r} instead")
-        if self.repeat < 1:
-            raise ValueError(f"repeat must be >= 1, got {self.repeat!r} instead")
+#: the runner is configured by the profile's ``[measure]`` table as it is
+MeasureConfig = MeasureSettings
 
 
 @dataclass

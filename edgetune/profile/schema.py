@@ -88,6 +88,7 @@ class TuningSettings:
     max_trials_per_task: int = 0
     cost_model: str = "xgb"
     search_strategy: str = "evolutionary"
+    population_size: int = 0
     task_scheduler: str = "gradient"
     seed: int = 0
 
@@ -240,6 +241,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "max_trials_per_task": _integer(0, default=0),
         "cost_model": _string(COST_MODELS, default="xgb"),
         "search_strategy": _string(SEARCH_STRATEGIES, default="evolutionary"),
+        "population_size": _integer(0, default=0),
         "task_scheduler": _string(TASK_SCHEDULERS, default="gradient"),
         "seed": _integer(default=0),
     },

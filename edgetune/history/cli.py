@@ -1,0 +1,262 @@
+"""``edgetune db stats | dedupe | export | import | prune``: history maintenance.
+
+Thin wrappers over :mod:`edgetune.history.maintenance`; every failure is a
+:class:`~edgetune.errors.HistoryError`, which the main CLI prints as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from edgetune.errors import HistoryError
+
+DB_HELP = "history database: a path, sqlite:///PATH or postgresql://USER@HOST/DBNAME"
+
+STATS_EPILOG = """\
+examples:
+  edgetune db stats --db edgetune-out/tiny-cnn-host/history.db
+  edgetune db stats --db postgresql://tuner@db.lab/tuning
+"""
+DEDUPE_EPILOG = """\
+examples:
+  edgetune db dedupe --db history.db --by date      keep the newest measurement
+  edgetune db dedupe --db history.db --by average   one record with the average run time
+
+A configuration is a workload, a target and a trace. The history stores each
+once per workload row; duplicates come from a workload stored in several rows
+(e.g. serialised by another TVM version) or from imports.
+"""
+EXPORT_EPILOG = """\
+examples:
+  edgetune db export history.jsonl.gz --db edgetune-out/tiny-cnn-host/history.db
+  edgetune db export team.jsonl --db postgresql://tuner@db.lab/tuning
+
+JSON lines (gzip when FILE ends in .gz): a header with the schema version and
+the edgetune/TVM versions, then every workload and record with every column.
+For TVM's own JSON database format use `edgetune db export-tvm`.
+"""
+IMPORT_EPILOG = """\
+examples:
+  edgetune db import history.jsonl.gz --db postgresql://tuner@db.lab/tuning
+  edgetune db import tvm-json-dir/ --db history.db   (database_*.json from export-tvm)
+
+Idempotent: a record already in the history is skipped, or updated when the
+file holds a newer measurement of it; importing a file twice adds nothing.
+"""
+PRUNE_EPILOG = """\
+examples:
+  edgetune db prune --db history.db --failed --dry-run
+  edgetune db prune --db history.db --keep-top 32       per workload and target
+  edgetune db prune --db history.db --older-than 90 --failed
+
+Criteria add up: a record matching any of them is removed. Removed candidates
+are measured again by a later `edgetune tune`.
+"""
+
+
+def add_db_commands(db_sub: Any) -> None:
+    """Add the maintenance actions to the ``edgetune db`` subparsers."""
+
+    def action(name: str, help_: str, description: str, epilog: str) -> argparse.ArgumentParser:
+        parser = db_sub.add_parser(
+            name,
+            help=help_,
+            description=description,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        return parser
+
+    stats = action(
+        "stats",
+        "records per task and target: counts, best latency, dates",
+        "Show the history's records grouped by task (workload and its arguments) and target: "
+        "how many, how many succeeded and failed, the best mean latency, first and last date.",
+        STATS_EPILOG,
+    )
+    stats.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    stats.set_defaults(func=_run_stats)
+
+    dedupe = action(
+        "dedupe",
+        "merge repeated measurements of one configuration",
+        "Keep one record per configuration (workload, target, trace): the newest one "
+        "(--by date) or one with the average run time of the duplicates (--by average).",
+        DEDUPE_EPILOG,
+    )
+    dedupe.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    dedupe.add_argument("--by", choices=("date", "average"), default="date", help="which result survives (default: date)")
+    dedupe.add_argument("--dry-run", action="store_true", help="count, do not change anything")
+    dedupe.set_defaults(func=_run_dedupe)
+
+    export = action(
+        "export",
+        "write the whole history to a portable file",
+        "Write every workload and record, every column, to FILE (JSON lines; gzip if FILE "
+        "ends in .gz), to move a history between machines or into PostgreSQL.",
+        EXPORT_EPILOG,
+    )
+    export.add_argument("file", metavar="FILE")
+    export.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    export.set_defaults(func=_run_export)
+
+    imp = action(
+        "import",
+        "merge an exported file (or a TVM JSON database) into the history",
+        "Merge FILE, written by `edgetune db export`, or a directory with TVM's "
+        "database_workload.json and database_tuning_record.json, into the history "
+        "(created if needed).",
+        IMPORT_EPILOG,
+    )
+    imp.add_argument("file", metavar="FILE")
+    imp.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    imp.set_defaults(func=_run_import)
+
+    prune = action(
+        "prune",
+        "delete failed, old, or slow records",
+        "Delete records: failed ones (--failed), ones older than DAYS (--older-than), and "
+        "successful ones beyond the K fastest of each workload and target (--keep-top).",
+        PRUNE_EPILOG,
+    )
+    prune.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    prune.add_argument("--keep-top", type=int, metavar="K", help="keep the K fastest successful records per workload and target")
+    prune.add_argument("--failed", action="store_true", help="delete failed measurements")
+    prune.add_argument("--older-than", type=float, metavar="DAYS", help="delete records measured more than DAYS days ago")
+    prune.add_argument("--dry-run", action="store_true", help="count, do not delete")
+    prune.set_defaults(func=_run_prune)
+
+
+def _open(location: str, *, read_only: bool = False, create: bool = False):
+    from edgetune.history import open_history
+
+    if not create and "://" not in location and not Path(location).expanduser().exists():
+        raise HistoryError(f"history database '{location}' not found")
+    return open_history(location, read_only=read_only)
+
+
+def _date(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _latency(sec: float | None) -> str:
+    if sec is None:
+        return "-"
+    if sec >= 1.0:
+        return f"{sec:.3f} s"
+    if sec >= 1e-3:
+        return f"{sec * 1e3:.3f} ms"
+    return f"{sec * 1e6:.1f} us"
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from edgetune.history.maintenance import history_stats
+
+    history = _open(args.db, read_only=True)
+    try:
+        groups = history_stats(history)
+        url = history.url
+    finally:
+        history.close()
+    console = _console()
+    if not groups:
+        console.print(f"{url}: no tuning records")
+        return 0
+    table = Table(title=f"{url}: {sum(g.count for g in groups)} records, {len(groups)} task/target groups")
+    for name, justify in (
+        ("task", "left"), ("args", "left"), ("target", "left"), ("records", "right"),
+        ("ok", "right"), ("failed", "right"), ("best", "right"), ("first", "left"),
+        ("last", "left"), ("boards", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for g in groups:
+        table.add_row(
+            g.task, g.args, g.target, str(g.count), str(g.successful), str(g.failed),
+            _latency(g.best_sec), _date(g.first), _date(g.last), ", ".join(b or "-" for b in g.boards),
+        )
+    console.print(table)
+    return 0
+
+
+def _run_dedupe(args: argparse.Namespace) -> int:
+    from edgetune.history.maintenance import dedupe
+
+    history = _open(args.db)
+    try:
+        result = dedupe(history, args.by, dry_run=args.dry_run)
+    finally:
+        history.close()
+    verb = "would remove" if result.dry_run else "removed"
+    how = "kept the newest" if args.by == "date" else "kept one with the average run time"
+    print(
+        f"{verb} {result.removed} duplicate records of {result.configurations} configurations"
+        + (f" ({how})" if result.configurations and not result.dry_run else "")
+    )
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from edgetune.history.maintenance import export_history
+
+    history = _open(args.db, read_only=True)
+    try:
+        n_workloads, n_records = export_history(history, args.file)
+    finally:
+        history.close()
+    print(f"wrote {args.file}: {n_workloads} workloads, {n_records} records")
+    return 0
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from edgetune.history.maintenance import import_history
+
+    if not Path(args.file).exists():
+        raise HistoryError(f"{args.file}: no such export file")
+    history = _open(args.db, create=True)
+    try:
+        result = import_history(history, args.file)
+    finally:
+        history.close()
+    print(
+        f"imported {args.file}: {result.added} added, {result.updated} updated, "
+        f"{result.skipped} skipped ({result.workloads_added} new workloads)"
+    )
+    return 0
+
+
+def _run_prune(args: argparse.Namespace) -> int:
+    from edgetune.history.maintenance import prune
+
+    history = _open(args.db)
+    try:
+        result = prune(
+            history,
+            keep_top=args.keep_top,
+            failed=args.failed,
+            older_than_days=args.older_than,
+            dry_run=args.dry_run,
+        )
+    finally:
+        history.close()
+    parts = []
+    if args.failed:
+        parts.append(f"{result.failed} failed")
+    if args.older_than is not None:
+        parts.append(f"{result.older} older than {args.older_than:g} days")
+    if args.keep_top is not None:
+        parts.append(f"{result.beyond_top} beyond the top {args.keep_top}")
+    verb = "would remove" if result.dry_run else "removed"
+    print(f"{verb} {result.removed} records ({', '.join(parts)})")
+    return 0

@@ -55,7 +55,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board; default: start a loopback one here")
     tune.add_argument("--key", help="device key at the tracker (default: the profile's rpc.key)")
     tune.add_argument("--trials", type=int, help="total measurement budget for the model (default: the profile's tuning.trials)")
-    tune.add_argument("--db", metavar="URL", help="history database: a path or sqlite:///... URL (default: OUT/history.db)")
+    tune.add_argument("--db", metavar="URL", help="history database: a path, sqlite:///... or postgresql://... URL (default: OUT/history.db)")
     tune.add_argument("--out", metavar="DIR", help="output directory (default: ./edgetune-out/MODEL-PROFILE)")
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
@@ -75,7 +75,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "stock MetaSchedule (ms.database.JSONDatabase), into DIR.",
     )
     export.add_argument("dir", metavar="DIR")
-    export.add_argument("--db", required=True, metavar="URL", help="history database: a path or sqlite:///... URL")
+    export.add_argument("--db", required=True, metavar="URL", help="history database: a path, sqlite:///... or postgresql://... URL")
     export.set_defaults(func=_run_db_export)
     from .history.cli import add_db_commands
 

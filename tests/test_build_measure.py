@@ -123,3 +123,28 @@ def test_resume_cache_recognises_measured_candidates(candidates, tmp_path):
     assert str(results[0].artifact_path).startswith(CACHED_ARTIFACT_PREFIX)
     assert builder.stats.cached == 2 and builder.stats.built == 1
     history.close()
+
+
+def test_mali_opencl_candidate_builds_for_an_aarch64_host():
+    """rk3399-mali: OpenCL kernels generated on the host, packed in an aarch64 library."""
+    from edgetune.profile import load_profile
+
+    require_tool("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")
+    profile = load_profile("rk3399-mali")
+    target = profile.tvm_target()
+    assert load_tensor_intrinsics(target) == ()
+    ctx = ms.TuneContext(
+        mod=matmul_mod(), target=target, space_generator="post-order-apply",
+        search_strategy="replay-trace", task_name="mm", num_threads=2, rand_state=1,
+    )
+    ctx.pre_tuning(
+        max_trials=1, num_trials_per_iter=1, design_spaces=ctx.generate_design_space(),
+        database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel(),
+    )
+    (candidate,) = ctx.generate_measure_candidates()
+    with closing(WarmBuilder(cross_compiler=profile.build.cross_compiler, timeout_sec=120, max_workers=1)) as builder:
+        (result,) = builder.build([BuilderInput(candidate.sch.mod, target)])
+        assert result.error_msg is None, result.error_msg
+        data = open(str(result.artifact_path), "rb").read()
+    assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == 183
+    assert b"__kernel" in data  # the OpenCL C source travels inside the library

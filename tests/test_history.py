@@ -463,6 +463,8 @@ def _version_1_record(workload_id: int, factor: int, secs: float, mod=MOD) -> di
 def test_version_1_history_is_upgraded_on_open(db_url):
     old = _version_1_tables()
     mod8 = tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})
+    if db_url.startswith("sqlite:///"):
+        Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(_sqlalchemy_url(db_url))
     with engine.begin() as conn:
         old.create_all(conn)

@@ -177,8 +177,8 @@ def _run_stats(args: argparse.Namespace) -> int:
     table = Table(title=f"{url}: {sum(g.count for g in groups)} records, {len(groups)} task/target groups")
     for name, justify in (
         ("task", "left"), ("args", "left"), ("target", "left"), ("records", "right"),
-        ("ok", "right"), ("failed", "right"), ("best", "right"), ("first", "left"),
-        ("last", "left"), ("boards", "left"),
+        ("ok", "right"), ("failed", "right"), ("best", "right"), ("first (UTC)", "left"),
+        ("last (UTC)", "left"), ("boards", "left"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for g in groups:

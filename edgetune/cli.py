@@ -57,6 +57,13 @@ def _build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--trials", type=int, help="total measurement budget for the model (default: the profile's tuning.trials)")
     tune.add_argument("--db", metavar="URL", help="history database: a path, sqlite:///... or postgresql://... URL (default: OUT/history.db)")
     tune.add_argument("--out", metavar="DIR", help="output directory (default: ./edgetune-out/MODEL-PROFILE)")
+    tune.add_argument(
+        "--warm-start",
+        choices=("off", "same", "similar"),
+        default="same",
+        help="train the cost model on the history before tuning: 'same' tasks (this board, and down-weighted "
+        "other boards; default), 'similar' adds the same operators at other shapes, 'off'",
+    )
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
     tune.set_defaults(func=_run_tune)
@@ -121,6 +128,7 @@ def _run_tune(args: argparse.Namespace) -> int:
         db=args.db,
         trials=args.trials,
         evaluate=not args.no_evaluate,
+        warm_start=args.warm_start,
     )
     with RichProgress(quiet=args.quiet) as display:
         summary = run_tune(options, sink=display)

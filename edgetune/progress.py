@@ -115,6 +115,14 @@ class RichProgress(ProgressSink):
             f"tuning wall clock {summary['seconds']['tuning_wall']:.1f} s",
             highlight=False,
         )
+        warm = summary.get("warm_start")
+        if warm and (warm["same_task"] or warm["similar_task"] or warm["other_board"]):
+            console.print(
+                f"warm start: cost model trained on {warm['same_task'] + warm['similar_task'] + warm['other_board']} "
+                f"history records ({warm['same_task']} same task, {warm['similar_task']} same operator at other "
+                f"shapes, {warm['other_board']} from other boards)",
+                highlight=False,
+            )
         e2e = summary.get("end_to_end")
         if e2e:
             console.print(

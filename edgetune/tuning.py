@@ -36,6 +36,7 @@ from .build.intrinsics import load_tensor_intrinsics
 from .deploy.compile import LatencyStats, compare_outputs, compile_model, export_model, run_on_board
 from .errors import BoardError, EdgetuneError, TargetError, TuningInterrupted
 from .history import open_history
+from .history.warmstart import WarmStartReport, warm_start
 from .measure.runner import FAILED_RUN_SECS, TrackerRunner
 from .profile import DeviceProfile
 from .search import make_cost_model, make_search_strategy, make_task_scheduler
@@ -62,6 +63,7 @@ class TuneOptions:
     db: str | None = None  # defaults to <out_dir>/history.db
     trials: int | None = None  # defaults to the profile's tuning.trials
     evaluate: bool = True  # compile and measure end to end after tuning
+    warm_start: str = "same"  # "off", "same" or "similar": cost model trained on history first
 
 
 @dataclass
@@ -388,6 +390,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         stack.callback(runner.close)
         interrupted = False
         tune_seconds = 0.0
+        warm = WarmStartReport()
         if remaining > 0 and contexts:
             progress.phase = "starting build workers"
             sink.on_phase(progress)
@@ -396,9 +399,18 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             progress.started = time.monotonic()
             sink.on_phase(progress)
             per_task = profile.tuning.max_trials_per_task or remaining
+            cost_model = make_cost_model(profile.tuning.cost_model, seed=profile.tuning.seed, num_cores=os.cpu_count() or 1)
             tune_started = time.monotonic()
             try:
                 with _stop_on_sigint(stop):
+                    if options.warm_start != "off":
+                        progress.phase = "training the cost model on the history (warm start)"
+                        sink.on_phase(progress)
+                        warm = warm_start(
+                            cost_model, [ctx.mod for ctx in contexts], history, target, board_id=key, scope=options.warm_start
+                        )
+                        progress.phase = "tuning"
+                        sink.on_phase(progress)
                     ms.tune_tasks(
                         tasks=contexts,
                         task_weights=weights,
@@ -409,9 +421,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                         builder=builder,
                         runner=runner,
                         database=history,
-                        cost_model=make_cost_model(
-                            profile.tuning.cost_model, seed=profile.tuning.seed, num_cores=os.cpu_count() or 1
-                        ),
+                        cost_model=cost_model,
                         measure_callbacks=[
                             RecordAndReport(history, contexts, progress, sink, stop),
                             ms.measure_callback.UpdateCostModel(),
@@ -458,6 +468,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 "cost_model": profile.tuning.cost_model,
                 "task_scheduler": profile.tuning.task_scheduler,
             },
+            "warm_start": {"scope": options.warm_start, **warm.to_dict()},
             "interrupted": interrupted,
             "tasks": [t.to_dict() for t in tasks],
         }

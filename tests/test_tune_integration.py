@@ -98,7 +98,7 @@ def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path, loopback_board):
     _stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 130, stderr[-2000:]
     assert "interrupted" in stderr and "resume" in stderr and "Traceback" not in stderr
-    kept, distinct, _ok = record_counts(db)
+    kept, distinct, _ok_kept = record_counts(db)
     assert kept >= 3 and kept == distinct
     assert json.loads((out / "summary.json").read_text())["interrupted"] is True
 
@@ -107,6 +107,9 @@ def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path, loopback_board):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trials"]["in_history_before"] == kept
     assert 1 <= summary["trials"]["this_run"] <= 5 + len(summary["tasks"])
+    # the cost model was trained on the kept measurements before the first new one
+    assert summary["warm_start"]["scope"] == "same"
+    assert summary["warm_start"]["same_task"] == _ok_kept
     # candidates the search proposes again are served from the history, not re-measured
     trials = summary["trials"]
     assert trials["measured_on_device"] + trials["served_from_history"] + trials["failed"] >= trials["this_run"]

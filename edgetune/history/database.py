@@ -680,6 +680,27 @@ class HistoryDatabase(ms.database.PyDatabase):
                 stmt = stmt.where(records.c.workload_id.in_(entry.ids))
             return int(conn.execute(stmt).scalar_one())
 
+    def successful_records(
+        self, target: Target, *, limit: int = 5000
+    ) -> list[tuple[TuningRecord, str]]:
+        """Successful records measured on ``target``, newest first, with their board id.
+
+        What a cost model can be trained on before tuning (see
+        :mod:`edgetune.history.warmstart`); ignores the target filter.
+        """
+        stmt = (
+            sa.select(*_RECORD_COLUMNS, records.c.board_id)
+            .where(
+                records.c.target_hash == _sha256(_target_json(target)),
+                records.c.mean_run_sec.is_not(None),
+            )
+            .order_by(records.c.created_at.desc(), records.c.id.desc())
+            .limit(limit)
+        )
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+            return list(zip(self._to_records(conn, rows), (str(row.board_id) for row in rows)))
+
     def _candidate(
         self, workload: Workload | IRModule, target: Target, trace: Trace
     ) -> Row | None:

@@ -1,0 +1,136 @@
+"""Warm start: train the cost model on the history before measuring anything.
+
+Following the history-database paper (adaptive-early-stop-kmeans-history,
+§III), what was measured before is worth something to a new run:
+
+* the same task on the same target and board: full weight;
+* the same operator at other shapes (same target): full weight, its own
+  feature group (MetaSchedule's XGBoost model normalises costs per group);
+* the same task from another board of the same target: down-weighted by
+  keeping only a fraction of those records (XGBoost here has no sample
+  weights; a deterministic subsample is the weight).
+
+Records of unrelated operators are left out: they would teach the model about
+programs this run never sees.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm
+import tvm_ffi
+
+from .database import HistoryDatabase
+
+
+WARM_START_SCOPES = ("same", "similar")
+
+
+@dataclass
+class WarmStartReport:
+    """How many history records trained the cost model, by kind."""
+
+    same_task: int = 0
+    similar_task: int = 0
+    other_board: int = 0
+    skipped_other_board: int = 0
+    groups: int = 0
+    by_task: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.same_task + self.similar_task + self.other_board
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "same_task": self.same_task,
+            "similar_task": self.similar_task,
+            "other_board": self.other_board,
+            "skipped_other_board": self.skipped_other_board,
+            "groups": self.groups,
+        }
+
+
+def operator_signature(mod: tvm.IRModule) -> tuple[str, ...]:
+    """The operator a workload computes, shape-free: its compute block names in order.
+
+    ``conv2d_nchw`` + ``T_add`` + ``compute`` (relu) at 32x32 and at 64x64 give
+    the same signature; a dense layer gives another.
+    """
+    nodes = json.loads(tvm.ir.save_json(mod))["nodes"]
+    names: list[str] = []
+    for node in nodes:
+        if str(node.get("type", "")).endswith("SBlock") or str(node.get("type", "")).endswith(".Block"):
+            hint = node.get("data", {}).get("name_hint")
+            text = nodes[hint].get("data") if isinstance(hint, int) and hint < len(nodes) else None
+            if isinstance(text, str) and text != "root" and text not in names:
+                names.append(text)
+    return tuple(names)
+
+
+def warm_start(
+    cost_model: Any,
+    task_mods: list[tvm.IRModule],
+    history: HistoryDatabase,
+    target: Any,
+    *,
+    board_id: str,
+    scope: str = "same",
+    other_board_fraction: float = 0.5,
+    max_records: int = 5000,
+) -> WarmStartReport:
+    """Train ``cost_model`` on the history relevant to ``task_mods``; report what was used.
+
+    ``scope="same"`` uses the same tasks only (this board, and a fraction from
+    other boards); ``"similar"`` adds the same operators at other shapes. It is
+    not the default because on the loopback benchmark (benchmarks/RESULTS.md,
+    warm_start) a cost model trained on 32x32 convolutions slowed the search on
+    64x64 ones in 2 of 3 seeds.
+    """
+    if scope not in WARM_START_SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(WARM_START_SCOPES)}, got {scope!r} instead")
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    if not 0.0 <= other_board_fraction <= 1.0:
+        raise ValueError(f"other_board_fraction must be within [0, 1], got {other_board_fraction!r} instead")
+    report = WarmStartReport()
+    wanted_tasks = {int(tvm_ffi.structural_hash(mod)): mod for mod in task_mods}
+    wanted_ops = {operator_signature(mod) for mod in task_mods}
+    signatures: dict[int, tuple[str, ...]] = {}
+    groups: dict[int, list[Any]] = defaultdict(list)
+    seen_other_board = 0
+    for record, board in history.successful_records(target, limit=max_records):
+        workload_mod = record.workload.mod
+        key = int(tvm_ffi.structural_hash(workload_mod))
+        same_task = key in wanted_tasks and tvm_ffi.structural_equal(workload_mod, wanted_tasks[key])
+        if same_task and board != board_id:
+            seen_other_board += 1
+            # keep a deterministic fraction: record k is kept when floor(k*f) advances
+            if int(seen_other_board * other_board_fraction) == int((seen_other_board - 1) * other_board_fraction):
+                report.skipped_other_board += 1
+                continue
+            report.other_board += 1
+        elif same_task:
+            report.same_task += 1
+        else:
+            if scope != "similar":
+                continue
+            if key not in signatures:
+                signatures[key] = operator_signature(workload_mod)
+            if signatures[key] not in wanted_ops:
+                continue
+            report.similar_task += 1
+        groups[key].append(record)
+    for records in groups.values():
+        # XGBModel keys its feature groups by the context's module: one context per workload
+        context = TuneContext(mod=records[0].workload.mod, target=target, task_name="warm-start")
+        candidates = [r.as_measure_candidate() for r in records]
+        results = [RunnerResult([float(x) for x in r.run_secs], None) for r in records]
+        cost_model.update(context, candidates, results)
+        report.groups += 1
+    return report

@@ -64,6 +64,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="train the cost model on the history before tuning: 'same' tasks (this board, and down-weighted "
         "other boards; default), 'similar' adds the same operators at other shapes, 'off'",
     )
+    tune.add_argument(
+        "--suggested",
+        action="store_true",
+        help="cap each task's trials in this run where the history says tasks of its type found their best "
+        "(see `edgetune db suggest`)",
+    )
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
     tune.set_defaults(func=_run_tune)
@@ -129,6 +135,7 @@ def _run_tune(args: argparse.Namespace) -> int:
         trials=args.trials,
         evaluate=not args.no_evaluate,
         warm_start=args.warm_start,
+        suggested=args.suggested,
     )
     with RichProgress(quiet=args.quiet) as display:
         summary = run_tune(options, sink=display)

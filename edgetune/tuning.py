@@ -36,6 +36,7 @@ from .build.intrinsics import load_tensor_intrinsics
 from .deploy.compile import LatencyStats, compare_outputs, compile_model, export_model, run_on_board
 from .errors import BoardError, EdgetuneError, TargetError, TuningInterrupted
 from .history import open_history
+from .history.suggest import cap_for_model, suggest_settings
 from .history.warmstart import WarmStartReport, warm_start
 from .measure.runner import FAILED_RUN_SECS, TrackerRunner
 from .profile import DeviceProfile
@@ -64,6 +65,7 @@ class TuneOptions:
     trials: int | None = None  # defaults to the profile's tuning.trials
     evaluate: bool = True  # compile and measure end to end after tuning
     warm_start: str = "same"  # "off", "same" or "similar": cost model trained on history first
+    suggested: bool = False  # cap trials per task where the history says bests are found
 
 
 @dataclass
@@ -391,6 +393,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         interrupted = False
         tune_seconds = 0.0
         warm = WarmStartReport()
+        suggested: dict[str, Any] | None = None
         if remaining > 0 and contexts:
             progress.phase = "starting build workers"
             sink.on_phase(progress)
@@ -399,6 +402,12 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             progress.started = time.monotonic()
             sink.on_phase(progress)
             per_task = profile.tuning.max_trials_per_task or remaining
+            if options.suggested:
+                suggestions = suggest_settings(history, target=target, batch=per_iter)
+                cap, no_history = cap_for_model(suggestions, [ctx.mod for ctx in contexts])
+                suggested = {"max_trials_per_task": cap, "task_types_without_history": no_history}
+                if cap is not None:
+                    per_task = min(per_task, cap)
             cost_model = make_cost_model(profile.tuning.cost_model, seed=profile.tuning.seed, num_cores=os.cpu_count() or 1)
             tune_started = time.monotonic()
             try:
@@ -469,6 +478,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 "task_scheduler": profile.tuning.task_scheduler,
             },
             "warm_start": {"scope": options.warm_start, **warm.to_dict()},
+            "suggested": suggested,
             "interrupted": interrupted,
             "tasks": [t.to_dict() for t in tasks],
         }

@@ -148,3 +148,18 @@ def test_history_exports_to_stock_json_database(tuned_run, tmp_path):
         path_tuning_record=str(tmp_path / "json" / "database_tuning_record.json"),
     )
     assert len(stock) == record_counts(out / "history.db")[0]
+
+
+def test_suggested_caps_come_from_the_history(tmp_path, loopback_board):
+    out = tmp_path / "suggest"
+    base = ["tune", "--profile", "host", "--model", "demo:tiny-cnn", "--out", str(out), "--no-evaluate", *board_args(loopback_board)]
+    first = run_cli(*base, "--trials", "40")
+    assert first.returncode == 0, first.stderr[-3000:]
+    shown = run_cli("db", "suggest", "--db", str(out / "history.db"))
+    assert shown.returncode == 0 and "conv2d_nchw" in shown.stdout, shown.stdout + shown.stderr
+    second = run_cli(*base, "--trials", "80", "--suggested")
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    cap = summary["suggested"]["max_trials_per_task"]
+    assert isinstance(cap, int) and cap >= 1
+    assert all(task["trials_this_run"] <= cap for task in summary["tasks"])

@@ -130,6 +130,51 @@ def add_db_commands(db_sub: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="count, do not delete")
     prune.set_defaults(func=_run_prune)
 
+    suggest = action(
+        "suggest",
+        "suggest per-task trial caps (early stop) from where the best was found",
+        "For each task type (the same operator at any shapes) and target, read off the history at which "
+        "measurement each workload found its best, and suggest a per-task trial cap covering 90%% of them "
+        "with a margin, in whole batches (history-database paper, section IV). "
+        "`edgetune tune --suggested` applies it.",
+        "examples:\n  edgetune db suggest --db history.db\n  edgetune db suggest --db history.db --batch 16 --margin 1.5\n",
+    )
+    suggest.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    suggest.add_argument("--batch", type=int, default=8, help="round caps up to whole batches of this size (default 8)")
+    suggest.add_argument("--margin", type=float, default=1.25, help="multiply the 90th percentile by this (default 1.25)")
+    suggest.add_argument("--min-trials", type=int, default=8, help="ignore workloads with fewer records (default 8)")
+    suggest.set_defaults(func=_run_suggest)
+
+
+def _run_suggest(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from edgetune.history.suggest import suggest_settings
+
+    history = _open(args.db, read_only=True)
+    try:
+        try:
+            suggestions = suggest_settings(history, batch=args.batch, margin=args.margin, min_trials=args.min_trials)
+        except ValueError as error:
+            raise HistoryError(str(error)) from None
+        url = history.url
+    finally:
+        history.close()
+    console = _console()
+    if not suggestions:
+        console.print(f"{url}: no workload has {args.min_trials} or more records yet; nothing to suggest")
+        return 0
+    table = Table(title=f"{url}: suggested per-task trial caps")
+    for name in ("operator", "target", "workloads", "best found at", "of trials", "max_trials_per_task"):
+        table.add_column(name)
+    for s in suggestions:
+        table.add_row(
+            "+".join(s.operator), s.target, str(s.workloads), ", ".join(map(str, s.best_found_at)),
+            ", ".join(map(str, s.trials)), str(s.max_trials_per_task),
+        )
+    console.print(table)
+    return 0
+
 
 def _open(location: str, *, read_only: bool = False, create: bool = False):
     from edgetune.history import open_history

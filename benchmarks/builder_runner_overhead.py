@@ -301,23 +301,9 @@ def _is_build_timeout(candidate: dict[str, Any]) -> bool:
 # ---------------------------------------------------------------------------
 def _kill_group(process: subprocess.Popen) -> None:
     """Stop a child's whole process group (its TVM popen workers too)."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                try:
-                    os.killpg(process.pid, 0)
-                except ProcessLookupError:
-                    return
-            time.sleep(0.1)
-    try:
-        process.wait(timeout=2)
-    except subprocess.TimeoutExpired:  # pragma: no cover
-        pass
+    from edgetune.board.local import stop_process_group
+
+    stop_process_group(process)
 
 
 def run_child(config: str, seed: int, tracker: str, args: argparse.Namespace, log_dir: Path, t_start: float) -> dict[str, Any] | None:

@@ -59,10 +59,11 @@ def _build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", metavar="DIR", help="output directory (default: ./edgetune-out/MODEL-PROFILE)")
     tune.add_argument(
         "--warm-start",
-        choices=("off", "same", "similar"),
+        choices=("off", "same", "auto", "similar"),
         default="same",
         help="train the cost model on the history before tuning: 'same' tasks (this board, and down-weighted "
-        "other boards; default), 'similar' adds the same operators at other shapes, 'off'",
+        "other boards; default), 'auto' adds the same operator at other shapes where a task has no history "
+        "of its own, 'similar' adds them always, 'off'",
     )
     tune.add_argument(
         "--suggested",

@@ -21,7 +21,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import tvm
@@ -33,7 +33,7 @@ from .board.local import LocalBoard
 from .board.tracker import TrackerAddress, check_device_available
 from .build.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
 from .build.intrinsics import load_tensor_intrinsics
-from .deploy.compile import LatencyStats, compare_outputs, compile_model, export_model, run_on_board
+from .deploy.compile import compare_outputs, compile_model, export_model, run_on_board
 from .errors import BoardError, EdgetuneError, TargetError, TuningInterrupted
 from .history import open_history
 from .history.suggest import cap_for_model, suggest_settings

@@ -85,6 +85,17 @@ def test_default_scope_uses_the_same_task_only(history_path):
     history = open_history(history_path, board_id="board-a")
     report = warm_start(ms.cost_model.RandomModel(), [matmul(64)], history, TARGET, board_id="board-a")
     assert (report.same_task, report.other_board, report.similar_task) == (6, 3, 0)
-    with pytest.raises(ValueError, match="scope must be one of same, similar"):
+    with pytest.raises(ValueError, match="scope must be one of same, auto, similar"):
         warm_start(ms.cost_model.RandomModel(), [matmul(64)], history, TARGET, board_id="board-a", scope="all")
+    history.close()
+
+
+def test_auto_scope_falls_back_to_similar_shapes_only_without_same_task_history(history_path):
+    history = open_history(history_path, board_id="board-a")
+    # matmul 64x64 has history of its own: no other shapes are added
+    covered = warm_start(ms.cost_model.RandomModel(), [matmul(64)], history, TARGET, board_id="board-a", scope="auto")
+    assert (covered.same_task, covered.similar_task) == (6, 0)
+    # matmul 128x128 has none: the 64x64 and 32x32 matmuls stand in (the add does not)
+    fallback = warm_start(ms.cost_model.RandomModel(), [matmul(128)], history, TARGET, board_id="board-a", scope="auto")
+    assert (fallback.same_task, fallback.other_board, fallback.similar_task) == (0, 0, 6 + 6 + 5)
     history.close()

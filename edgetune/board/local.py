@@ -25,7 +25,7 @@ from .tracker import TrackerAddress, device_counts, free_port, tracker_summary
 LOOPBACK = "127.0.0.1"
 
 
-def _stop_group(process: subprocess.Popen, grace_sec: float = 5.0) -> None:
+def stop_process_group(process: subprocess.Popen, grace_sec: float = 5.0) -> None:
     """SIGTERM the process group, then SIGKILL it if anything is left."""
     if process.poll() is not None and not _group_alive(process.pid):
         return
@@ -111,7 +111,7 @@ class LocalBoard:
         """Stop server and tracker (whole process groups). Safe to call twice."""
         for process in (self._server, self._tracker):
             if process is not None:
-                _stop_group(process)
+                stop_process_group(process)
         self._server = self._tracker = None
         self.address = None
 
@@ -155,7 +155,7 @@ class LocalBoard:
                     return address
                 except BoardError:
                     time.sleep(0.2)
-            _stop_group(process)
+            stop_process_group(process)
         raise BoardError(f"could not start a loopback RPC tracker; see {self.log_dir / 'tracker.log'}")
 
     def _start_server(self, address: TrackerAddress) -> None:

@@ -82,34 +82,10 @@ def _build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="inspect, maintain and move the tuning history database")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True
-    export = db_sub.add_parser(
-        "export-tvm",
-        help="write the history in TVM's JSON database format",
-        description="Write database_workload.json and database_tuning_record.json, readable by "
-        "stock MetaSchedule (ms.database.JSONDatabase), into DIR.",
-    )
-    export.add_argument("dir", metavar="DIR")
-    export.add_argument("--db", required=True, metavar="URL", help="history database: a path, sqlite:///... or postgresql://... URL")
-    export.set_defaults(func=_run_db_export)
     from .history.cli import add_db_commands
 
     add_db_commands(db_sub)
     return parser
-
-
-def _run_db_export(args: argparse.Namespace) -> int:
-    from .errors import HistoryError
-    from .history import open_history
-
-    if "://" not in args.db and not Path(args.db).exists():
-        raise HistoryError(f"history database '{args.db}' not found")
-    history = open_history(args.db, read_only=True)
-    try:
-        workload_file, record_file = history.export_json(args.dir)
-        print(f"wrote {workload_file} and {record_file} ({history.count_records()} records)")
-    finally:
-        history.close()
-    return 0
 
 
 def _default_out(model: str, profile: str) -> Path:

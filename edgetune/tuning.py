@@ -29,6 +29,7 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from . import __version__
 from .board.local import LocalBoard
 from .board.tracker import TrackerAddress, check_device_available
 from .build.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
@@ -445,7 +446,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             tune_seconds = time.monotonic() - tune_started
 
         summary: dict[str, Any] = {
-            "edgetune_version": _version(),
+            "edgetune_version": __version__,
             "tvm_version": tvm.__version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "model": {"source": model.source, "name": model.name, "sha256": model.sha256},
@@ -531,9 +532,3 @@ def _write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     os.replace(tmp, path)
     return path
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__

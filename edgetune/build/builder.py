@@ -44,7 +44,7 @@ class BuildStats:
     errors: list[str] = field(default_factory=list)
 
 
-def _link_options(cross_compiler: str, flags: tuple[str, ...]) -> Callable[..., None]:
+def shared_library_linker(cross_compiler: str, flags: tuple[str, ...]) -> Callable[..., None]:
     """An ``export_library`` fcompile that links with ``cross_compiler``.
 
     Written here rather than with ``tvm.support.cc.cross_compiler`` because that
@@ -76,7 +76,7 @@ def _build_in_worker(
     rt_mod = tvm.compile(mod, target=target)
     out_dir = tempfile.mkdtemp(prefix="cand-", dir=artifact_dir)
     path = os.path.join(out_dir, "candidate.so")
-    rt_mod.export_library(path, fcompile=_link_options(cross_compiler, flags))
+    rt_mod.export_library(path, fcompile=shared_library_linker(cross_compiler, flags))
     return path
 
 

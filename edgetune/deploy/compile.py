@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..board.tracker import TrackerAddress, request_session
-from ..build.builder import _link_options
+from ..build.builder import shared_library_linker
 from ..profile import DeviceProfile
 
 
@@ -76,7 +76,7 @@ def export_model(executable: Any, path: str | Path, profile: DeviceProfile) -> P
     os.close(fd)
     try:
         executable.export_library(
-            tmp, fcompile=_link_options(profile.build.cross_compiler, tuple(profile.build.cross_compiler_flags))
+            tmp, fcompile=shared_library_linker(profile.build.cross_compiler, tuple(profile.build.cross_compiler_flags))
         )
         os.replace(tmp, path)
     finally:

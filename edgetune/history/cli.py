@@ -130,6 +130,16 @@ def add_db_commands(db_sub: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="count, do not delete")
     prune.set_defaults(func=_run_prune)
 
+    export_tvm = db_sub.add_parser(
+        "export-tvm",
+        help="write the history in TVM's JSON database format",
+        description="Write database_workload.json and database_tuning_record.json, readable by "
+        "stock MetaSchedule (ms.database.JSONDatabase), into DIR.",
+    )
+    export_tvm.add_argument("dir", metavar="DIR")
+    export_tvm.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    export_tvm.set_defaults(func=_run_export_tvm)
+
     suggest = action(
         "suggest",
         "suggest per-task trial caps (early stop) from where the best was found",
@@ -144,6 +154,16 @@ def add_db_commands(db_sub: Any) -> None:
     suggest.add_argument("--margin", type=float, default=1.25, help="multiply the 90th percentile by this (default 1.25)")
     suggest.add_argument("--min-trials", type=int, default=8, help="ignore workloads with fewer records (default 8)")
     suggest.set_defaults(func=_run_suggest)
+
+
+def _run_export_tvm(args: argparse.Namespace) -> int:
+    history = _open(args.db, read_only=True)
+    try:
+        workload_file, record_file = history.export_json(args.dir)
+        print(f"wrote {workload_file} and {record_file} ({history.count_records()} records)")
+    finally:
+        history.close()
+    return 0
 
 
 def _run_suggest(args: argparse.Namespace) -> int:

@@ -62,15 +62,10 @@ RECORD_FIELDS = (
     "created_at",
 )
 WORKLOAD_FIELDS = ("shash", "mod_hash", "mod_json", "created_at")
-#: Columns an import replaces when the file holds a newer measurement.
-_RESULT_FIELDS = (
-    "run_secs_json",
-    "mean_run_sec",
-    "error",
-    "args_info_json",
-    "board_id",
-    "tvm_version",
-    "created_at",
+#: Columns an import replaces when the file holds a newer measurement: all
+#: but those identifying the candidate (target, trace).
+_RESULT_FIELDS = tuple(
+    f for f in RECORD_FIELDS if f not in ("target_json", "target_kind", "trace_json", "candidate_hash")
 )
 _DELETE_CHUNK = 500
 

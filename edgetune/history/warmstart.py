@@ -16,7 +16,6 @@ programs this run never sees.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ import tvm
 import tvm_ffi
 
 from .database import HistoryDatabase
+from .maintenance import _block_names
 
 
 WARM_START_SCOPES = ("same", "auto", "similar")
@@ -61,15 +61,7 @@ def operator_signature(mod: tvm.IRModule) -> tuple[str, ...]:
     ``conv2d_nchw`` + ``T_add`` + ``compute`` (relu) at 32x32 and at 64x64 give
     the same signature; a dense layer gives another.
     """
-    nodes = json.loads(tvm.ir.save_json(mod))["nodes"]
-    names: list[str] = []
-    for node in nodes:
-        if str(node.get("type", "")).endswith("SBlock") or str(node.get("type", "")).endswith(".Block"):
-            hint = node.get("data", {}).get("name_hint")
-            text = nodes[hint].get("data") if isinstance(hint, int) and hint < len(nodes) else None
-            if isinstance(text, str) and text != "root" and text not in names:
-                names.append(text)
-    return tuple(names)
+    return tuple(_block_names(mod))
 
 
 def warm_start(

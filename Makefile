@@ -21,13 +21,22 @@ install-test: $(BIN)/python system-deps
 	$(BIN)/python -m pip install --quiet -e ".[test,postgres]"
 
 # Debian packages the tests use: a host C++ compiler (links candidates), the
-# aarch64 cross toolchain (cross-compiled artifacts are checked) and the
-# PostgreSQL server (the history tests start their own throwaway cluster).
+# aarch64 cross toolchain (cross-compiled artifacts are checked), the
+# PostgreSQL server (the history tests start their own throwaway cluster), and
+# for the provisioning tests: an OpenSSH server and client (test boards), ip
+# (network namespaces), debootstrap + qemu-user-static + binfmt-support (the
+# emulated arm64 board).
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	command -v aarch64-linux-gnu-g++ >/dev/null || missing="$$missing g++-aarch64-linux-gnu"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	test -x /usr/sbin/sshd || missing="$$missing openssh-server"; \
+	command -v ssh >/dev/null || missing="$$missing openssh-client"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
+	command -v qemu-aarch64-static >/dev/null || missing="$$missing qemu-user-static"; \
+	command -v update-binfmts >/dev/null || missing="$$missing binfmt-support"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages:$$missing"; \

@@ -1,0 +1,1 @@
+"""Real-component test harnesses for ``edgetune provision`` (sshd, netns, arm64 rootfs)."""

@@ -1,0 +1,594 @@
+"""Model-level task scheduling: which operator to tune in the next time slot.
+
+MetaSchedule's stock ``gradient`` scheduler ranks tasks by a recent-gradient
+heuristic. DynaTune (Zhang et al., ICLR 2021) treats the choice as a rested
+multi-armed bandit over time slots instead: each task's best-so-far GFLOPS
+curve is fitted with a saturating learning curve whose posterior predicts how
+much the *model* latency would drop if that task got the next slot; a UCB bonus
+keeps rarely tried tasks in play. This module implements
+
+- :class:`LearningCurveBelief`: the belief model (log-power curve, segmented
+  after >20% jumps, Laplace or MCMC posterior);
+- :class:`SlotBandit`: the decision logic (UCB, epsilon-greedy, softmax), pure
+  Python so that it can be tested on scripted curves without TVM;
+- :class:`UCBTaskScheduler`, :class:`EpsilonGreedyTaskScheduler`,
+  :class:`SoftmaxTaskScheduler`: MetaSchedule ``PyTaskScheduler`` wrappers.
+
+A *slot* is one batch (``num_trials_per_iter`` candidates) of the chosen task:
+MetaSchedule's loop cannot pre-empt a batch, so a batch is the smallest unit of
+time the scheduler can hand out. Batches of different tasks take different
+wall-clock times (search, build and measurement cost differ), so by default the
+predicted gain is divided by the task's observed seconds per slot, which makes
+the decision the paper's "gain per fixed-length time slot".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.optimize import least_squares
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+
+from ..errors import SchedulerError
+
+#: policies of :class:`SlotBandit`, as named in profiles and on the command line
+POLICIES = ("ucb", "epsilon-greedy", "softmax")
+#: posteriors of :class:`LearningCurveBelief`
+POSTERIORS = ("laplace", "mcmc")
+
+#: MetaSchedule's latency for a failed candidate is at or above this (ms)
+_FAILED_MS = 1e8
+
+
+def _require(ok: bool, what: str, value: Any) -> None:
+    if not ok:
+        raise SchedulerError(f"{what}, got {value!r} instead")
+
+
+# ---------------------------------------------------------------------------
+# belief model
+# ---------------------------------------------------------------------------
+def log_power(x: np.ndarray, log_a: Any, b: Any, log_c: Any) -> np.ndarray:
+    """Domhan et al.'s log-power curve ``a / (1 + (x / e^b)^-c)``.
+
+    Written as ``a * sigmoid(c * (log x - b))``: increasing in ``x`` for any
+    parameters (``c = exp(log_c) > 0``) and saturating at ``a``. Broadcasts
+    over parameter arrays (posterior samples) and ``x``.
+    """
+    z = np.exp(log_c) * (np.log(x) - b)
+    return np.exp(log_a) / (1.0 + np.exp(-np.clip(z, -60.0, 60.0)))
+
+
+def segment_start(best: Sequence[float], *, jump: float = 0.2, min_points: int = 4) -> int:
+    """Index where the last curve segment starts (DynaTune's piece-wise fit).
+
+    A new segment starts at every point more than ``jump`` (relative) above the
+    previous best. The newest segment is used only if it has ``min_points``
+    points; otherwise it is merged with the one before, so that a jump in the
+    last batch widens the posterior instead of leaving nothing to fit.
+    """
+    cuts = [0] + [i for i in range(1, len(best)) if best[i] > (1.0 + jump) * best[i - 1]]
+    for start in reversed(cuts):
+        if len(best) - start >= min_points:
+            return start
+    return 0
+
+
+class LearningCurveBelief:
+    """Posterior over a task's best-so-far performance curve.
+
+    Fits :func:`log_power` to the points of the last segment (trial index ->
+    best-so-far performance, normalised), then represents uncertainty by
+    parameter samples: from a Laplace approximation (Gaussian at the MAP, with
+    the Gauss-Newton covariance; milliseconds) or, as in the paper, from
+    ``emcee``'s affine-invariant ensemble sampler started around the MAP
+    (``posterior="mcmc"``; a few hundred ms). Both use the same likelihood
+    (Gaussian noise, scale estimated from the MAP residuals) and weak priors
+    (curve asymptote near the observed level and, when the data is normalised by
+    the device's peak, not above 1; half-saturation inside the observed range).
+
+    Parameters
+    ----------
+    jump:
+        Relative jump that starts a new segment (the paper's 20%).
+    min_segment_points:
+        Fewest points a segment needs to be fitted on its own.
+    posterior:
+        ``"laplace"`` or ``"mcmc"``.
+    num_samples:
+        Posterior samples kept for prediction (the paper uses 200).
+    min_noise:
+        Floor of the noise scale, relative to the last observed value: a
+        perfect fit of a few points must not claim certainty.
+    mcmc_walkers, mcmc_steps, mcmc_burn:
+        ``emcee`` settings (the paper: 10 walkers, 500 steps; converged by 100).
+    bounded:
+        Whether values are normalised by a true peak, so the asymptote is
+        softly limited to 1.
+    seed:
+        Seed of the sampling.
+    """
+
+    def __init__(
+        self,
+        *,
+        jump: float = 0.2,
+        min_segment_points: int = 4,
+        posterior: str = "laplace",
+        num_samples: int = 200,
+        min_noise: float = 0.01,
+        mcmc_walkers: int = 12,
+        mcmc_steps: int = 400,
+        mcmc_burn: int = 150,
+        bounded: bool = False,
+        seed: int = 0,
+    ) -> None:
+        _require(jump > 0, "jump must be > 0", jump)
+        _require(isinstance(min_segment_points, int) and min_segment_points >= 2, "min_segment_points must be an int >= 2", min_segment_points)
+        _require(posterior in POSTERIORS, f"posterior must be one of {', '.join(POSTERIORS)}", posterior)
+        _require(isinstance(num_samples, int) and num_samples >= 10, "num_samples must be an int >= 10", num_samples)
+        _require(min_noise > 0, "min_noise must be > 0", min_noise)
+        _require(mcmc_walkers >= 8 and mcmc_steps > mcmc_burn >= 0, "mcmc_walkers must be >= 8 and mcmc_steps > mcmc_burn >= 0", (mcmc_walkers, mcmc_steps, mcmc_burn))
+        self.jump = jump
+        self.min_segment_points = min_segment_points
+        self.posterior = posterior
+        self.num_samples = num_samples
+        self.min_noise = min_noise
+        self.mcmc_walkers = mcmc_walkers
+        self.mcmc_steps = mcmc_steps
+        self.mcmc_burn = mcmc_burn
+        self.bounded = bounded
+        self.seed = seed
+
+    # -- fitting -------------------------------------------------------------
+    def _residuals(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray, noise: float, level: float, span: float) -> np.ndarray:
+        log_a, b, log_c = theta
+        fit = (log_power(x, log_a, b, log_c) - y) / noise
+        prior = [
+            (log_a - math.log(level)) / 2.0,  # asymptote: within ~e^2 of the observed level
+            (b - span) / 3.0,  # half-saturation: around the observed range
+            log_c / 1.5,  # steepness: order 1
+        ]
+        if self.bounded:
+            prior.append(max(0.0, log_a) / 0.05)  # above the device's peak: implausible
+        return np.concatenate([fit, prior])
+
+    def fit(self, x: Sequence[float], y: Sequence[float]) -> "LearningCurveBelief":
+        """Fit trial indices ``x`` (>= 1, increasing) to best-so-far values ``y`` (> 0)."""
+        x_all = np.asarray(x, dtype=float)
+        y_all = np.asarray(y, dtype=float)
+        _require(x_all.ndim == 1 and x_all.shape == y_all.shape and len(x_all) >= 2, "x and y must be 1-d of equal length >= 2", (x_all.shape, y_all.shape))
+        _require(bool(np.all(x_all >= 1)), "x must be >= 1", float(x_all.min()))
+        _require(bool(np.all(y_all > 0)), "y must be > 0", float(y_all.min()))
+        start = segment_start(list(y_all), jump=self.jump, min_points=self.min_segment_points)
+        xs, ys = x_all[start:], y_all[start:]
+        level = float(ys[-1])
+        span = float(np.log(xs[0] + 0.5 * (xs[-1] - xs[0]) + 1.0))
+        noise = self.min_noise * level
+        theta0 = np.array([math.log(level * 1.1), math.log(max(1.0, xs[0])), 0.0])
+        sol = least_squares(self._residuals, theta0, args=(xs, ys, noise, level, span), method="lm")  # the priors keep it over-determined
+        rms = float(np.sqrt(np.mean((log_power(xs, *sol.x) - ys) ** 2)))
+        noise = max(noise, rms)
+        sol = least_squares(self._residuals, sol.x, args=(xs, ys, noise, level, span), method="lm")
+        jac = sol.jac
+        cov = np.linalg.pinv(jac.T @ jac)
+        self.segment_start_ = start
+        self.theta_ = sol.x
+        self.cov_ = cov
+        self.noise_ = noise
+        self.x_last_ = float(x_all[-1])
+        self.y_last_ = float(y_all[-1])
+        rng = np.random.default_rng(self.seed)
+        if self.posterior == "laplace":
+            self.samples_ = rng.multivariate_normal(sol.x, cov, size=self.num_samples, method="eigh")
+        else:
+            self.samples_ = self._mcmc(sol.x, cov, xs, ys, noise, level, span, rng)
+        return self
+
+    def _mcmc(self, theta: np.ndarray, cov: np.ndarray, xs, ys, noise, level, span, rng) -> np.ndarray:
+        import emcee
+
+        def log_prob(t: np.ndarray) -> float:
+            r = self._residuals(t, xs, ys, noise, level, span)
+            return -0.5 * float(r @ r)
+
+        scale = np.sqrt(np.clip(np.diag(cov), 1e-8, 1.0))
+        start = theta + 1e-2 * scale * rng.standard_normal((self.mcmc_walkers, len(theta)))
+        sampler = emcee.EnsembleSampler(self.mcmc_walkers, len(theta), log_prob)
+        sampler.random_state = np.random.RandomState(int(rng.integers(1 << 31))).get_state()
+        sampler.run_mcmc(start, self.mcmc_steps, progress=False)
+        self.acceptance_ = float(np.mean(sampler.acceptance_fraction))
+        chain = sampler.get_chain(discard=self.mcmc_burn, flat=True)
+        return chain[rng.choice(len(chain), size=self.num_samples, replace=len(chain) < self.num_samples)]
+
+    # -- prediction ----------------------------------------------------------
+    def sample_curves(self, x: Sequence[float] | float) -> np.ndarray:
+        """Posterior samples of the curve at ``x``: shape (num_samples, len(x))."""
+        s = self.samples_
+        xv = np.atleast_1d(np.asarray(x, dtype=float))
+        # a wide posterior (few points) can sample absurd asymptotes: keep them finite
+        return log_power(xv[None, :], np.clip(s[:, 0:1], -50.0, 50.0), s[:, 1:2], np.clip(s[:, 2:3], -20.0, 5.0))
+
+    def predict(self, x: Sequence[float] | float) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation of the curve at ``x``."""
+        curves = self.sample_curves(x)
+        return curves.mean(axis=0), curves.std(axis=0)
+
+    def saturation(self) -> tuple[float, float]:
+        """Posterior mean and standard deviation of the asymptote ``a``."""
+        a = np.exp(self.samples_[:, 0])
+        return float(a.mean()), float(a.std())
+
+    def predict_next(self, steps: float) -> np.ndarray:
+        """Samples of the best-so-far value ``steps`` trials after the last one.
+
+        The curve's predicted *increase* is added to the last observed best
+        (never below it): the prediction cannot be worse than what was
+        measured, as the paper's prior encodes, and a curve that passes a
+        little under the last point does not turn into a predicted loss.
+        """
+        curves = self.sample_curves([self.x_last_, self.x_last_ + steps])
+        return self.y_last_ + np.maximum(0.0, curves[:, 1] - curves[:, 0])
+
+
+def best_so_far(latencies_ms: Sequence[float], flop: float) -> tuple[np.ndarray, np.ndarray]:
+    """Trial indices and best-so-far GFLOPS from a task's trial latencies.
+
+    Trials before the first valid one are dropped; failed trials count as
+    trials that did not improve.
+    """
+    xs, ys = [], []
+    best = math.inf
+    for i, ms in enumerate(latencies_ms, start=1):
+        if ms < _FAILED_MS and ms > 0:
+            best = min(best, ms)
+        if best < math.inf:
+            xs.append(float(i))
+            ys.append(flop / (best * 1e-3) / 1e9)
+    return np.asarray(xs), np.asarray(ys)
+
+
+# ---------------------------------------------------------------------------
+# bandit
+# ---------------------------------------------------------------------------
+@dataclass
+class _Arm:
+    flop: float
+    weight: float
+    latencies_ms: list[float] = field(default_factory=list)
+    slots: int = 0
+    last_slot: int = -1  # global slot index of the last time it was chosen
+    last_slot_trials: int = 0
+    slot_seconds: list[float] = field(default_factory=list)
+    belief: LearningCurveBelief | None = None
+    fitted_on: int = -1
+    gain: float = 0.0  # expected model-latency reduction in its next slot (s)
+
+    @property
+    def best_ms(self) -> float:
+        valid = [v for v in self.latencies_ms if 0 < v < _FAILED_MS]
+        return min(valid) if valid else math.inf
+
+
+class SlotBandit:
+    """Chooses the task for each slot from the tasks' measured latencies.
+
+    Value of a tried task ``k`` (the paper's ``u_k``, made scale-free):
+    ``r_k = w_k * E[latency_k now - latency_k after one more slot] / L`` where
+    ``L`` is the current model latency (sum of weighted task bests), so ``r_k``
+    is the expected fraction of the model latency that slot would remove; with
+    ``cost_aware`` it is divided by the task's seconds per slot relative to the
+    mean. Policies:
+
+    - ``ucb``: ``r_k + sqrt(exploration * ln t / c_k)``, highest wins;
+    - ``epsilon-greedy``: highest ``r_k``, a uniformly random task with
+      probability ``epsilon``;
+    - ``softmax``: sample with probability proportional to
+      ``exp(r_k / (temperature * max r))``.
+
+    Untried tasks go first. A task whose last slot produced no measurement
+    (a search strategy that returned an empty batch) or that never measured a
+    valid candidate has ``r_k = 0`` and is revisited by exploration only. No
+    live task waits more than ``max_idle_slots`` slots (default: 4 x tasks).
+
+    Parameters
+    ----------
+    flops, weights:
+        Per task: FLOPs of one call and how often the model calls it.
+    policy:
+        One of :data:`POLICIES`.
+    exploration:
+        UCB's ``C``. ``r_k`` is a fraction of the model latency, so ``C`` is in
+        those units: with ``C = 2e-4`` a task tried twice in 40 slots gets a
+        bonus worth 2% of the model latency, one tried 10 times 0.9%, the order
+        of what a slot gains once the first rounds are over (the paper's
+        C = 2 ms, or 0.2 ms for sub-millisecond models, plays the same role in
+        absolute units).
+    epsilon, temperature:
+        Settings of the other two policies.
+    peak_gflops:
+        The device's peak, the belief model's normaliser (``None``: each task
+        is normalised by its own best, without the peak bound).
+    cost_aware:
+        Divide the gain by the task's measured seconds per slot.
+    max_idle_slots:
+        Starvation guard; ``None`` means 4 x the number of tasks.
+    belief_params:
+        Keyword arguments of :class:`LearningCurveBelief`.
+    seed:
+        Seed of the random policies and the posterior sampling.
+    """
+
+    def __init__(
+        self,
+        flops: Sequence[float],
+        weights: Sequence[float],
+        *,
+        policy: str = "ucb",
+        exploration: float = 2e-4,
+        epsilon: float = 0.05,
+        temperature: float = 0.1,
+        peak_gflops: float | None = None,
+        cost_aware: bool = True,
+        max_idle_slots: int | None = None,
+        belief_params: dict[str, Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        _check_policy_params(policy, exploration, epsilon, temperature, peak_gflops, max_idle_slots)
+        _require(len(flops) == len(weights) and len(flops) > 0, "flops and weights must be non-empty and of equal length", (len(flops), len(weights)))
+        self.policy = policy
+        self.exploration = exploration
+        self.epsilon = epsilon
+        self.temperature = temperature
+        self.peak_gflops = peak_gflops
+        self.cost_aware = cost_aware
+        self.max_idle_slots = max_idle_slots if max_idle_slots is not None else 4 * len(flops)
+        self.belief_params = dict(belief_params or {})
+        LearningCurveBelief(**self.belief_params)  # validate now
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.arms = [_Arm(flop=max(1.0, float(f)), weight=float(w)) for f, w in zip(flops, weights)]
+        self.slot = 0  # slots handed out so far
+        self.history: list[int] = []  # task chosen in each slot
+
+    # -- observations ----------------------------------------------------------
+    def observe(self, task_id: int, latencies_ms: Sequence[float], seconds: float | None = None) -> None:
+        """Record the latencies (ms; >= 1e8 = failed) a slot of ``task_id`` produced."""
+        arm = self.arms[task_id]
+        arm.latencies_ms.extend(float(v) for v in latencies_ms)
+        arm.last_slot_trials = len(latencies_ms)
+        if seconds is not None and latencies_ms:
+            arm.slot_seconds.append(float(seconds))
+
+    def cancel_last(self, task_id: int) -> None:
+        """Undo the slot just given to ``task_id`` (it was finished, not tuned)."""
+        if self.history and self.history[-1] == task_id:
+            self.history.pop()
+            self.slot -= 1
+            self.arms[task_id].slots -= 1
+
+    # -- values --------------------------------------------------------------
+    def model_latency_ms(self) -> float:
+        """Sum of weighted best latencies of the tasks with a valid measurement."""
+        return sum(a.weight * a.best_ms for a in self.arms if a.best_ms < math.inf)
+
+    def _expected_gain_ms(self, task_id: int) -> float:
+        arm = self.arms[task_id]
+        n = len(arm.latencies_ms)
+        if arm.last_slot_trials == 0 or arm.best_ms == math.inf:
+            return 0.0
+        if arm.fitted_on != n:
+            xs, ys = best_so_far(arm.latencies_ms, arm.flop)
+            if len(xs) < 2:
+                return 0.0
+            norm = self.peak_gflops or float(ys[-1])
+            # a task measured above the stated peak: the peak is wrong for it, do not bound its curve
+            bounded = self.peak_gflops is not None and float(ys[-1]) <= self.peak_gflops
+            params = {"seed": self.seed + 7919 * task_id, "bounded": bounded, **self.belief_params}
+            arm.belief = LearningCurveBelief(**params).fit(xs, ys / norm)
+            arm.fitted_on = n
+            steps = arm.last_slot_trials
+            gflops_next = arm.belief.predict_next(steps) * norm
+            now_ms = arm.best_ms
+            next_ms = arm.flop / (gflops_next * 1e9) * 1e3
+            arm.gain = float(np.mean(np.maximum(0.0, now_ms - next_ms))) * arm.weight
+        return arm.gain
+
+    def values(self, alive: Sequence[int]) -> dict[int, float]:
+        """``r_k`` of each live task (see the class docstring)."""
+        total = self.model_latency_ms()
+        if total <= 0:
+            return {k: 0.0 for k in alive}
+        out = {k: self._expected_gain_ms(k) / total for k in alive}
+        if self.cost_aware:
+            seconds = {k: float(np.median(self.arms[k].slot_seconds)) for k in alive if self.arms[k].slot_seconds}
+            if seconds:
+                mean = float(np.mean(list(seconds.values())))
+                out = {k: v * (mean / seconds[k] if k in seconds and seconds[k] > 0 else 1.0) for k, v in out.items()}
+        return out
+
+    # -- decision -------------------------------------------------------------
+    def choose(self, alive: Sequence[int]) -> int:
+        """The task for the next slot, among ``alive`` task ids (non-empty)."""
+        _require(len(alive) > 0, "alive must name at least one task", alive)
+        untried = [k for k in alive if self.arms[k].slots == 0]
+        if untried:
+            return self._give(untried[0])
+        idle = [k for k in alive if self.slot - self.arms[k].last_slot > self.max_idle_slots]
+        if idle:
+            return self._give(min(idle, key=lambda k: self.arms[k].last_slot))
+        r = self.values(alive)
+        if self.policy == "ucb":
+            t = self.slot + 1
+            score = {k: r[k] + math.sqrt(self.exploration * math.log(t) / self.arms[k].slots) for k in alive}
+            return self._give(max(alive, key=lambda k: (score[k], -k)))
+        if self.policy == "epsilon-greedy":
+            if self.rng.random() < self.epsilon:
+                return self._give(int(alive[self.rng.integers(len(alive))]))
+            return self._give(max(alive, key=lambda k: (r[k], -self.arms[k].slots, -k)))
+        top = max(r.values())
+        if top <= 0:
+            return self._give(int(alive[self.rng.integers(len(alive))]))
+        logits = np.array([r[k] / (self.temperature * top) for k in alive])
+        p = np.exp(logits - logits.max())
+        return self._give(int(alive[self.rng.choice(len(alive), p=p / p.sum())]))
+
+    def _give(self, task_id: int) -> int:
+        arm = self.arms[task_id]
+        arm.slots += 1
+        arm.last_slot = self.slot
+        self.slot += 1
+        self.history.append(task_id)
+        return task_id
+
+
+def _check_policy_params(policy: str, exploration: float, epsilon: float, temperature: float, peak_gflops: float | None, max_idle_slots: int | None) -> None:
+    _require(policy in POLICIES, f"policy must be one of {', '.join(POLICIES)}", policy)
+    _require(exploration >= 0, "exploration must be >= 0", exploration)
+    _require(0 <= epsilon <= 1, "epsilon must be in [0, 1]", epsilon)
+    _require(temperature > 0, "temperature must be > 0", temperature)
+    _require(peak_gflops is None or peak_gflops > 0, "peak_gflops must be > 0 or None", peak_gflops)
+    _require(max_idle_slots is None or (isinstance(max_idle_slots, int) and max_idle_slots >= 1), "max_idle_slots must be an int >= 1 or None", max_idle_slots)
+
+
+# ---------------------------------------------------------------------------
+# MetaSchedule task schedulers
+# ---------------------------------------------------------------------------
+def _run_ms(result: Any) -> float:
+    if result.error_msg is not None or not result.run_secs:
+        return 1e9
+    return float(np.median([float(x) for x in result.run_secs])) * 1e3
+
+
+class _SlotScheduler(PyTaskScheduler):
+    """Shared ``next_task_id`` of the bandit schedulers.
+
+    Only ``next_task_id`` is overridden: MetaSchedule's ``Tune`` and
+    ``JoinRunningTask`` stay native (overriding them from Python and calling
+    the base would re-enter the override). Results are collected by joining
+    batches from here, so every result passes through the bandit.
+
+    Like the stock schedulers, a batch may still be measured on the board while
+    the next task's candidates are searched and built (``wait_for_results=False``):
+    finished batches are collected, the choice is made, and if it falls on a task
+    whose batch is still running, that batch is awaited and the choice made
+    again with its results. ``wait_for_results=True`` awaits every batch before
+    each decision (no overlap: slower, but on a loopback board no candidate is
+    timed while the host CPU builds the next batch).
+
+    A task MetaSchedule terminated (budget reached, or its search strategy
+    returned no candidates, e.g. an early stop) is never chosen again.
+    """
+
+    _policy = "ucb"
+
+    def __init__(self, *, wait_for_results: bool = False, **params: Any) -> None:
+        super().__init__()
+        self.wait_for_results = wait_for_results
+        self.params = params
+        try:  # fail at construction (profile load, flag parsing), not mid-tuning
+            SlotBandit([1.0], [1.0], policy=self._policy, **params)
+        except TypeError as error:
+            raise SchedulerError(f"{type(self).__name__} hyperparameters must be keywords of SlotBandit, {error}") from None
+        self.bandit_: SlotBandit | None = None
+        self._inflight: dict[int, float] = {}  # task id -> host seconds its current slot took so far
+        self._returned: tuple[int, float] | None = None  # last task handed out, and when
+        self._first_record: Any = None
+        self.decision_seconds_ = 0.0  # spent choosing (fits included), for overhead reports
+
+    def next_task_id(self) -> int:
+        now = time.monotonic()
+        tasks = self._outer().tasks_  # type: ignore[attr-defined]
+        if self.bandit_ is None or len(self.bandit_.arms) != len(tasks) or self._fresh_run(tasks):
+            self.bandit_ = SlotBandit([t.flop for t in tasks], [t.task_weight for t in tasks], policy=self._policy, **self.params)
+            self._inflight, self._returned = {}, None
+            self.decision_seconds_ = 0.0
+        bandit = self.bandit_
+        if self._returned is not None:  # search + build of the slot handed out last time
+            task_id, at = self._returned
+            self._inflight[task_id] = self._inflight.get(task_id, 0.0) + now - at
+            self._returned = None
+        for task_id, task in enumerate(tasks):
+            futures = task.runner_futures
+            if futures is not None:
+                if self.wait_for_results or all(f.done() for f in futures):
+                    self._join(task_id)
+            elif task_id in self._inflight:
+                # handed out, but MetaSchedule terminated it instead of tuning it
+                self._inflight.pop(task_id)
+                if task.is_terminated:
+                    bandit.cancel_last(task_id)
+                else:
+                    bandit.observe(task_id, [], None)
+        alive = [i for i, t in enumerate(tasks) if not t.is_terminated]
+        if not alive:
+            return -1
+        while True:
+            started = time.perf_counter()
+            task_id = bandit.choose(alive)
+            self.decision_seconds_ += time.perf_counter() - started
+            if tasks[task_id].runner_futures is None:
+                break
+            # its previous batch is still on the board: wait for it, then decide again
+            bandit.cancel_last(task_id)
+            self._join(task_id)
+        self._inflight[task_id] = 0.0
+        self._returned = (task_id, time.monotonic())
+        return task_id
+
+    def _join(self, task_id: int) -> None:
+        started = time.monotonic()
+        results = self.join_running_task(task_id)
+        waited = time.monotonic() - started  # the board was the bottleneck for this long
+        host = self._inflight.pop(task_id, None)
+        seconds = None if host is None else host + waited
+        self.bandit_.observe(task_id, [_run_ms(r) for r in results], seconds)  # type: ignore[union-attr]
+
+    def _fresh_run(self, tasks: Any) -> bool:
+        """A new ``tune`` call on the same scheduler object: start over.
+
+        ``Tune`` creates new task records, so a first record that is not the
+        one seen before means a new run.
+        """
+        first = tasks[0] if len(tasks) else None
+        fresh = first is not None and self._first_record is not None and not first.same_as(self._first_record)
+        self._first_record = first
+        return fresh
+
+
+@derived_object
+class UCBTaskScheduler(_SlotScheduler):
+    """DynaTune's scheduler: UCB over time slots with a learning-curve belief.
+
+    Keyword arguments are those of :class:`SlotBandit` (``exploration``,
+    ``peak_gflops``, ``cost_aware``, ``max_idle_slots``, ``belief_params``,
+    ``seed``).
+    """
+
+    _policy = "ucb"
+
+
+@derived_object
+class EpsilonGreedyTaskScheduler(_SlotScheduler):
+    """Highest expected gain, a random task with probability ``epsilon``."""
+
+    _policy = "epsilon-greedy"
+
+
+@derived_object
+class SoftmaxTaskScheduler(_SlotScheduler):
+    """Task sampled with probability ``exp(gain / (temperature * max gain))``."""
+
+    _policy = "softmax"
+
+
+SCHEDULER_CLASSES = {
+    "ucb": UCBTaskScheduler,
+    "epsilon-greedy": EpsilonGreedyTaskScheduler,
+    "softmax": SoftmaxTaskScheduler,
+}

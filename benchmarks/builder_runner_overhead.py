@@ -167,7 +167,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         out["builder_start_seconds"] = time.perf_counter() - t0
         runner = TrackerRunner(
             TrackerAddress(host, int(port), args.key),
-            config=MeasureConfig(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
+            config=MeasureConfig(evaluator="fixed", number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
             session_timeout_sec=args.session_timeout,
         )
     else:

@@ -39,6 +39,7 @@ import tvm
 import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 
+from _results import write_section
 from edgetune.board.local import LocalBoard
 from edgetune.build.builder import WarmBuilder
 from edgetune.build.intrinsics import load_tensor_intrinsics
@@ -49,7 +50,6 @@ from edgetune.search import make_search_strategy
 from edgetune.tasks import load_model, prepare_for_tuning
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
-RESULTS = Path(__file__).with_name("RESULTS.md")
 MARK = "warm_start"
 
 
@@ -81,7 +81,7 @@ def tune(tasks, address, seed, trials_per_task, history, cost_model) -> list[flo
         for name, mod in tasks
     ]
     with closing(WarmBuilder(timeout_sec=60)) as builder:
-        runner = TrackerRunner(address, config=MeasureConfig(number=5, repeat=3, min_repeat_ms=20))
+        runner = TrackerRunner(address, config=MeasureConfig(evaluator="fixed", number=5, repeat=3, min_repeat_ms=20))
         try:
             ms.tune_tasks(
                 tasks=contexts, task_weights=[1.0] * len(tasks), work_dir=tempfile.mkdtemp(prefix="ws-"),
@@ -209,18 +209,6 @@ def report_text(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"Median final latency: cold {med('cold_best_ms'):.4f} ms, warm {med('warm_best_ms'):.4f} ms.",
     ]
     return "\n".join(lines)
-
-
-def write_section(text: str, mark: str) -> None:
-    start, end = f"<!-- {mark}:start -->", f"<!-- {mark}:end -->"
-    current = RESULTS.read_text() if RESULTS.exists() else "# edgetune benchmark results\n"
-    block = f"{start}\n{text}\n{end}"
-    if start in current and end in current:
-        before, rest = current.split(start, 1)
-        current = before + block + rest.split(end, 1)[1]
-    else:
-        current = current.rstrip("\n") + "\n\n" + block + "\n"
-    RESULTS.write_text(current)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,12 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=TUNE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    tune.add_argument("--profile", "-p", required=True, help="profile name (see `edgetune profiles list`) or TOML file")
+    tune.add_argument("--profile", "-p", help="profile name (see `edgetune profiles list`) or TOML file; required without --board")
+    tune.add_argument(
+        "--board", metavar="NAME", help="a board of the inventory (see `edgetune provision`): its profile, tracker and key "
+        "are the defaults of --profile, --tracker and --key"
+    )
+    tune.add_argument("--inventory", metavar="FILE", help="board inventory for --board (default: $EDGETUNE_INVENTORY)")
     tune.add_argument(
         "--model", "-m", required=True, help="ONNX file, or a built-in demo: demo:tiny-cnn, demo:resnet18[@RES], demo:mobilenetv2[@RES]"
     )
@@ -71,6 +76,23 @@ def _build_parser() -> argparse.ArgumentParser:
         help="cap each task's trials in this run where the history says tasks of its type found their best "
         "(see `edgetune db suggest`)",
     )
+    from .profile.schema import TASK_SCHEDULERS
+
+    tune.add_argument(
+        "--scheduler",
+        choices=TASK_SCHEDULERS,
+        help="how the budget is shared between the model's tasks (default: the profile's tuning.task_scheduler)",
+    )
+    from .profile.schema import COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, SAMPLERS
+
+    reduce = tune.add_argument_group(
+        "fewer on-device trials", "each overrides the profile key named in brackets; `none`/`fixed`/`xgb` give stock MetaSchedule"
+    )
+    reduce.add_argument("--evaluator", choices=EVALUATORS, help="time candidates until their throughput CV is low (adaptive) or a fixed number of runs [measure.evaluator]")
+    reduce.add_argument("--sampler", choices=SAMPLERS, help="measure one candidate per K-means cluster of each batch [tuning.sampler]")
+    reduce.add_argument("--early-stop", choices=EARLY_STOPS, help="end a task when its batches stop improving [tuning.early_stop]")
+    reduce.add_argument("--cost-model", choices=COST_MODELS, help="xgb (AutoTVM), rf (random forest + expected improvement) or random [tuning.cost_model]")
+    reduce.add_argument("--exploration", choices=EXPLORATIONS, help="random share of each batch from the forest's uncertainty (contextual) or a fixed 5%% [tuning.exploration]")
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
     tune.set_defaults(func=_run_tune)
@@ -78,6 +100,10 @@ def _build_parser() -> argparse.ArgumentParser:
     from .profile.cli import add_profiles_parser
 
     add_profiles_parser(sub)
+
+    from .provision.cli import add_provision_parsers
+
+    add_provision_parsers(sub)
 
     db = sub.add_parser("db", help="inspect, maintain and move the tuning history database")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
@@ -99,7 +125,17 @@ def _run_tune(args: argparse.Namespace) -> int:
     from .progress import RichProgress
     from .tuning import TuneOptions, run_tune
 
-    profile = load_profile(args.profile)
+    if args.board:
+        from .provision.cli import resolve_board
+
+        board_profile, board_tracker, board_key = resolve_board(args.board, args.inventory)
+        args.profile, args.tracker = args.profile or board_profile, args.tracker or board_tracker
+        args.key = args.key or board_key
+    if not args.profile:
+        from .errors import ProfileError
+
+        raise ProfileError("tune needs --profile NAME or --board NAME (see `edgetune profiles list`)")
+    profile = _with_flag_overrides(load_profile(args.profile), args)
     if args.trials is not None and args.trials < 0:
         raise EdgetuneError(f"--trials must be >= 0, got {args.trials} instead")
     options = TuneOptions(
@@ -113,6 +149,7 @@ def _run_tune(args: argparse.Namespace) -> int:
         evaluate=not args.no_evaluate,
         warm_start=args.warm_start,
         suggested=args.suggested,
+        scheduler=args.scheduler,
     )
     with RichProgress(quiet=args.quiet) as display:
         summary = run_tune(options, sink=display)
@@ -120,9 +157,28 @@ def _run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_flag_overrides(profile: Any, args: argparse.Namespace) -> Any:
+    """The profile with the measurement-reduction flags applied (validated like the file)."""
+    tuning = {
+        key: value
+        for key, value in (
+            ("sampler", args.sampler),
+            ("early_stop", args.early_stop),
+            ("cost_model", args.cost_model),
+            ("exploration", args.exploration),
+        )
+        if value is not None
+    }
+    measure = {"evaluator": args.evaluator} if args.evaluator else {}
+    if not tuning and not measure:
+        return profile
+    return profile.with_overrides(tuning=tuning, measure=measure)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
+    _exit_cleanly_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except TuningInterrupted as error:
@@ -136,6 +192,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgetune: interrupted", file=sys.stderr)
         return 130
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """``kill PID`` unwinds like Ctrl-C twice: the embedded board's processes are stopped.
+
+    Python runs no cleanup on SIGTERM by default, which would leave the loopback
+    tracker and RPC server (their own process groups) running.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
 
 
 def _one_line(error: Any) -> str:

@@ -35,6 +35,12 @@ class TargetError(EdgetuneError, ValueError):
     exit_code = 2
 
 
+class SchedulerError(EdgetuneError, ValueError):
+    """A task scheduler was given invalid hyperparameters."""
+
+    exit_code = 2
+
+
 class BoardError(EdgetuneError, ConnectionError):
     """A tracker, RPC server or board cannot be reached or used."""
 
@@ -47,6 +53,20 @@ class TrackerUnreachableError(BoardError):
 
 class NoFreeDeviceError(BoardError):
     """The tracker answers but has no free device under the requested key."""
+
+
+class HostKeyError(BoardError):
+    """A board's SSH host key is unknown or differs from the one in known_hosts."""
+
+
+class ProvisionError(BoardError):
+    """A board was reached but cannot be brought up (wrong arch, no python3, no wheel...)."""
+
+
+class InventoryError(EdgetuneError, ValueError):
+    """The board inventory file is missing, malformed or has no such board."""
+
+    exit_code = 2
 
 
 class HistoryError(EdgetuneError, RuntimeError):

@@ -115,6 +115,8 @@ class RichProgress(ProgressSink):
             f"tuning wall clock {summary['seconds']['tuning_wall']:.1f} s",
             highlight=False,
         )
+        for line in _savings_lines(summary):
+            console.print(line, highlight=False)
         warm = summary.get("warm_start")
         if warm and (warm["same_task"] or warm["similar_task"] or warm["other_board"]):
             console.print(
@@ -154,3 +156,32 @@ def _progress_from_summary(summary: dict[str, Any]) -> TuneProgress:
     progress = TuneProgress(budget=summary["trials"]["budget"], tasks=tasks)
     progress.phase = "done"
     return progress
+
+
+def _savings_lines(summary: dict[str, Any]) -> list[str]:
+    """What the measurement-reducing components saved, one line each."""
+    lines = []
+    measurement = summary.get("measurement") or {}
+    if measurement.get("evaluator") == "adaptive" and measurement.get("candidates"):
+        lines.append(
+            f"adaptive evaluator: {measurement['mean_runs_per_candidate']:.0f} runs per candidate on average "
+            f"({measurement['stopped_by_cv']} stable below {measurement['cv_threshold']:.0%} CV, "
+            f"{measurement['stopped_by_cap']} at the {measurement['max_runs']}-run cap); per-candidate log: "
+            f"{measurement['log']}"
+        )
+    reduction = summary.get("measurement_reduction")
+    if reduction and reduction.get("proposed"):
+        parts = []
+        if reduction["sampler"] != "none":
+            parts.append(
+                f"K-means sampling measured {reduction['measured']} of {reduction['proposed']} proposed candidates "
+                f"({reduction['removed_by_sampling']:.0%} removed)"
+            )
+        if reduction["early_stop"] != "none":
+            parts.append(
+                f"{reduction['early_stop']} early stop ended {reduction['tasks_stopped_early']} of "
+                f"{len(reduction['tasks'])} tasks before their budget"
+            )
+        if parts:
+            lines.append("; ".join(parts))
+    return lines

@@ -42,11 +42,14 @@ from .history.warmstart import WarmStartReport, warm_start
 from .measure.runner import FAILED_RUN_SECS, TrackerRunner
 from .profile import DeviceProfile
 from .search import make_cost_model, make_search_strategy, make_task_scheduler
+from .search.adaptive import SearchReport
 from .search.factory import auto_population
 from .tasks import LoadedModel, load_model, prepare_for_tuning
 
 SUMMARY_NAME = "summary.json"
 ARTIFACT_NAME = "model.so"
+#: one JSON line per candidate timed by the adaptive evaluator: runs used, final CV
+MEASUREMENT_LOG = "measurements.jsonl"
 UNTUNED_ARTIFACT_NAME = "model-untuned.so"
 
 
@@ -67,6 +70,7 @@ class TuneOptions:
     evaluate: bool = True  # compile and measure end to end after tuning
     warm_start: str = "same"  # "off", "same" or "similar": cost model trained on history first
     suggested: bool = False  # cap trials per task where the history says bests are found
+    scheduler: str | None = None  # task scheduler; defaults to the profile's tuning.task_scheduler
 
 
 @dataclass
@@ -198,6 +202,8 @@ class RecordAndReport(PyMeasureCallback):
         progress: TuneProgress,
         sink: ProgressSink,
         stop: threading.Event,
+        runner: Any = None,
+        measurement_log: Path | None = None,
     ) -> None:
         super().__init__()
         self.history = history
@@ -205,6 +211,8 @@ class RecordAndReport(PyMeasureCallback):
         self.progress = progress
         self.sink = sink
         self.stop = stop
+        self.runner = runner
+        self.measurement_log = measurement_log
 
     def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
         ctx = self.contexts[task_id]
@@ -232,10 +240,29 @@ class RecordAndReport(PyMeasureCallback):
             self.progress.done += 1
             artifact = built.artifact_path
             if artifact and not str(artifact).startswith(CACHED_ARTIFACT_PREFIX):
+                self._log_measurement(task, str(artifact), run_secs)
                 _remove_artifact(str(artifact))
         self.sink.on_batch(self.progress, task)
         if self.stop.is_set():
             raise _StopRequested("stop requested")
+
+
+    def _log_measurement(self, task: TaskProgress, artifact: str, run_secs: list[float] | None) -> None:
+        """Append how the adaptive evaluator measured this candidate (runs used, final CV)."""
+        adaptive = self.runner.adaptive_log.pop(artifact, None) if self.runner is not None else None
+        if adaptive is None or self.measurement_log is None:
+            return
+        line = {
+            "task": task.name,
+            "runs": adaptive.runs,
+            "micro_batches": adaptive.micro_batches,
+            "cv": round(adaptive.cv, 5) if math.isfinite(adaptive.cv) else None,
+            "stopped_by": adaptive.stopped_by,
+            "mean_us": round(adaptive.mean_sec * 1e6, 3),
+            "recorded": run_secs is not None,
+        }
+        with open(self.measurement_log, "a") as handle:
+            handle.write(json.dumps(line) + "\n")
 
 
 class _StopRequested(Exception):
@@ -283,6 +310,20 @@ def _task_flops(mod: Any) -> float:
         return 0.0
 
 
+def _check_measure_settings(profile: DeviceProfile) -> None:
+    """Settings that are valid one by one but not together fail here, as profile errors."""
+    from .errors import ProfileError
+    from .measure.adaptive import AdaptiveEvaluator
+
+    m = profile.measure
+    if m.evaluator != "adaptive":
+        return
+    try:
+        AdaptiveEvaluator(m.micro_batch, m.max_runs, m.cv_threshold, m.min_runs, m.micro_batch_ms)
+    except ValueError as error:
+        raise ProfileError(f"{profile.origin}: [measure] {error}") from None
+
+
 def check_runnable_on_host(profile: DeviceProfile) -> None:
     """The loopback board runs code for this host's CPU only."""
     import platform
@@ -306,6 +347,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
 
     # profile and model first: bad input fails before anything is started
     profile.check_buildable()
+    _check_measure_settings(profile)
     target = profile.tvm_target()
     model = load_model(options.model)
     out_dir = Path(options.out_dir)
@@ -350,6 +392,8 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         # MetaSchedule's console handler takes the level its logger has right
         # now: keep its per-round tables in the log files, off the terminal.
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+        cost_model = make_cost_model(profile.tuning.cost_model, seed=profile.tuning.seed, num_cores=os.cpu_count() or 1)
+        search_report = SearchReport()
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             extracted,
             work_dir=str(out_dir / "logs"),
@@ -357,6 +401,10 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 profile.tuning.search_strategy,
                 num_trials_per_iter=per_iter,
                 population_size=profile.tuning.population_size,
+                tuning=profile.tuning,
+                surrogate=cost_model,
+                expected_trials_per_task=math.ceil(remaining / max(1, len(extracted))),
+                report=search_report,
             ),
             num_threads=os.cpu_count() or 1,
             seed=profile.tuning.seed,
@@ -409,7 +457,6 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 suggested = {"max_trials_per_task": cap, "task_types_without_history": no_history}
                 if cap is not None:
                     per_task = min(per_task, cap)
-            cost_model = make_cost_model(profile.tuning.cost_model, seed=profile.tuning.seed, num_cores=os.cpu_count() or 1)
             tune_started = time.monotonic()
             try:
                 with _stop_on_sigint(stop):
@@ -433,10 +480,14 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                         database=history,
                         cost_model=cost_model,
                         measure_callbacks=[
-                            RecordAndReport(history, contexts, progress, sink, stop),
+                            RecordAndReport(
+                                history, contexts, progress, sink, stop, runner=runner, measurement_log=out_dir / MEASUREMENT_LOG
+                            ),
                             ms.measure_callback.UpdateCostModel(),
                         ],
-                        task_scheduler=make_task_scheduler(profile.tuning.task_scheduler),
+                        task_scheduler=make_task_scheduler(
+                            options.scheduler or profile.tuning.task_scheduler, peak_gflops=profile.device.peak_gflops, seed=profile.tuning.seed
+                        ),
                     )
             except BaseException:
                 # whatever TVM turned our _StopRequested into on its way back
@@ -476,8 +527,17 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 else None,
                 "num_trials_per_iter": per_iter,
                 "cost_model": profile.tuning.cost_model,
-                "task_scheduler": profile.tuning.task_scheduler,
+                "task_scheduler": options.scheduler or profile.tuning.task_scheduler,
             },
+            "measurement": _measurement_summary(profile, runner),
+            "measurement_reduction": {
+                "sampler": profile.tuning.sampler,
+                "early_stop": profile.tuning.early_stop,
+                "exploration": profile.tuning.exploration,
+                **search_report.to_dict(),
+            }
+            if search_report.tasks
+            else None,
             "warm_start": {"scope": options.warm_start, **warm.to_dict()},
             "suggested": suggested,
             "interrupted": interrupted,
@@ -498,6 +558,27 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             summary["end_to_end"] = _evaluate(model, profile, target, history, address, out_dir)
         _write_summary(out_dir, summary)
         return summary
+
+
+def _measurement_summary(profile: DeviceProfile, runner: TrackerRunner) -> dict[str, Any]:
+    """How candidates were timed, and the runs the adaptive evaluator saved against its cap."""
+    m, stats = profile.measure, runner.stats
+    if m.evaluator != "adaptive":
+        return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms}
+    timed = stats.stopped_by_cv + stats.stopped_by_cap
+    return {
+        "evaluator": "adaptive",
+        "micro_batch": m.micro_batch,
+        "max_runs": m.max_runs,
+        "cv_threshold": m.cv_threshold,
+        "candidates": timed,
+        "runs": stats.runs,
+        "mean_runs_per_candidate": stats.runs / timed if timed else None,
+        "stopped_by_cv": stats.stopped_by_cv,
+        "stopped_by_cap": stats.stopped_by_cap,
+        "runs_saved_vs_cap": 1 - stats.runs / (timed * m.max_runs) if timed else None,
+        "log": MEASUREMENT_LOG,
+    }
 
 
 def _evaluate(

@@ -61,7 +61,7 @@ def test_builder_builds_and_runner_measures(candidates, loopback_board):
         assert [r.error_msg for r in results] == [None] * len(found)
         assert all(os.path.exists(str(r.artifact_path)) for r in results)
         assert builder.stats.built == len(found) and builder.stats.timed_out == 0
-        runner = TrackerRunner(loopback_board, config=MeasureConfig(number=2, repeat=2, min_repeat_ms=0))
+        runner = TrackerRunner(loopback_board, config=MeasureConfig(evaluator="fixed", number=2, repeat=2, min_repeat_ms=0))
         try:
             inputs = [RunnerInput(r.artifact_path, "cpu", c.args_info) for r, c in zip(results, found)]
             # a missing artifact in the middle fails as data and does not stop the batch

@@ -137,6 +137,40 @@ def test_embedded_board_is_started_and_stopped(tmp_path):
     assert leftovers == []
 
 
+def _processes_in(directory: Path) -> list[list[str]]:
+    found = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        try:
+            if proc.info["cwd"] == str(directory.resolve()):
+                found.append(proc.info["cmdline"])
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_sigterm_stops_the_embedded_board(tmp_path):
+    """`kill PID` on a tune run leaves no tracker or RPC server behind."""
+    out = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edgetune.cli", "tune", "--profile", "host", "--model", "demo:tiny-cnn",
+         "--trials", "400", "--out", str(out), "--no-evaluate", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    log_dir = out / "board-logs"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if (out / "history.db").exists() and len(_processes_in(log_dir)) >= 2:
+            break
+        time.sleep(0.5)
+    assert process.poll() is None, process.communicate()[1][-2000:]
+    assert len(_processes_in(log_dir)) >= 2  # tracker and server are up
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    time.sleep(0.5)
+    assert _processes_in(log_dir) == [], stderr[-2000:]
+
+
 def test_history_exports_to_stock_json_database(tuned_run, tmp_path):
     import tvm.s_tir.meta_schedule as ms
 

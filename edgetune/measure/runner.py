@@ -26,6 +26,7 @@ from tvm.ir.utils import derived_object
 from ..board.tracker import TrackerAddress, request_session
 from ..build.builder import CACHED_ARTIFACT_PREFIX
 from ..profile.schema import MeasureSettings
+from .adaptive import AdaptiveEvaluator, AdaptiveResult
 
 #: MetaSchedule treats run times at or above this as failures
 FAILED_RUN_SECS = 1e10
@@ -46,6 +47,9 @@ class MeasureStats:
     upload_seconds: float = 0.0  # upload + remote load of artifacts
     session_seconds: float = 0.0  # tracker requests and session set-up
     errors: list[str] = field(default_factory=list)
+    runs: int = 0  # single runs timed by the adaptive evaluator
+    stopped_by_cv: int = 0  # candidates whose throughput CV fell below the threshold
+    stopped_by_cap: int = 0  # candidates that used max_runs
 
 
 @derived_object
@@ -98,6 +102,19 @@ class TrackerRunner(PyRunner):
             max_workers=1, thread_name_prefix="edgetune-measure"
         )
         self._stats_lock = threading.Lock()
+        #: artifact path -> how the adaptive evaluator measured it (popped by the measure callback)
+        self.adaptive_log: dict[str, AdaptiveResult] = {}
+        self.evaluator = (
+            AdaptiveEvaluator(
+                micro_batch=self.config.micro_batch,
+                max_runs=self.config.max_runs,
+                cv_threshold=self.config.cv_threshold,
+                min_runs=self.config.min_runs,
+                micro_batch_ms=self.config.micro_batch_ms,
+            )
+            if self.config.evaluator == "adaptive"
+            else None
+        )
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -179,16 +196,33 @@ class TrackerRunner(PyRunner):
         device = session.device(self.device, 0)
         args = allocate_arguments(session, device, args_info)
         uploaded = time.perf_counter()
-        evaluator = rt_mod.time_evaluator(
-            rt_mod.entry_name,
-            device,
-            number=self.config.number,
-            repeat=self.config.repeat,
-            min_repeat_ms=self.config.min_repeat_ms,
-            f_preproc="cache_flush_cpu_non_first_arg" if self.config.enable_cpu_cache_flush else "",
-        )
-        device.sync()
-        costs = [float(c) for c in evaluator(*args).results]
+        preproc = "cache_flush_cpu_non_first_arg" if self.config.enable_cpu_cache_flush else ""
+        adaptive: AdaptiveResult | None = None
+        if self.evaluator is None:
+            evaluator = rt_mod.time_evaluator(
+                rt_mod.entry_name,
+                device,
+                number=self.config.number,
+                repeat=self.config.repeat,
+                min_repeat_ms=self.config.min_repeat_ms,
+                f_preproc=preproc,
+            )
+            device.sync()
+            costs = [float(c) for c in evaluator(*args).results]
+        else:
+            # one remote call per micro-batch: `repeat` single runs, each timed separately
+            timers: dict[int, Any] = {}
+
+            def time_runs(count: int) -> list[float]:
+                if count not in timers:
+                    timers[count] = rt_mod.time_evaluator(
+                        rt_mod.entry_name, device, number=1, repeat=count, min_repeat_ms=0, f_preproc=preproc
+                    )
+                return [float(c) for c in timers[count](*args).results]
+
+            device.sync()
+            adaptive = self.evaluator.measure(time_runs)
+            costs = [adaptive.mean_sec]
         timed = time.perf_counter()
         try:
             session.remove(remote_name)
@@ -198,6 +232,13 @@ class TrackerRunner(PyRunner):
             self.stats.measured += 1
             self.stats.upload_seconds += uploaded - started
             self.stats.device_seconds += timed - uploaded
+            if adaptive is not None:
+                self.adaptive_log[artifact] = adaptive
+                self.stats.runs += adaptive.runs
+                if adaptive.stopped_by == "cv":
+                    self.stats.stopped_by_cv += 1
+                else:
+                    self.stats.stopped_by_cap += 1
         return costs
 
 

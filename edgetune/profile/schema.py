@@ -28,11 +28,19 @@ if TYPE_CHECKING:
 #: ``tvm.runtime.Device`` kinds a board can expose over RPC.
 RPC_DEVICES = ("cpu", "cuda", "opencl", "vulkan", "metal")
 #: Cost models ``edgetune tune`` knows how to build.
-COST_MODELS = ("xgb", "random")
+COST_MODELS = ("xgb", "rf", "random")
+#: How candidates are timed on the board.
+EVALUATORS = ("adaptive", "fixed")
+#: Candidate sampling before measurement (K-means: measure one per cluster).
+SAMPLERS = ("kmeans", "none")
+#: Per-task early stop rules.
+EARLY_STOPS = ("adaptive", "fixed", "none")
+#: How the share of random candidates in a batch is chosen.
+EXPLORATIONS = ("contextual", "fixed")
 #: MetaSchedule search strategies.
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 #: MetaSchedule task schedulers.
-TASK_SCHEDULERS = ("gradient", "round-robin")
+TASK_SCHEDULERS = ("gradient", "round-robin", "ucb", "epsilon-greedy", "softmax")
 #: The RPC device each target kind runs on; kinds not listed need an explicit ``rpc.device``.
 DEVICE_FOR_KIND = {
     "llvm": "cpu",
@@ -77,6 +85,14 @@ class MeasureSettings:
     cooldown_sec: float = 0.0
     enable_cpu_cache_flush: bool = False
     timeout_sec: float = 30.0
+    # "adaptive": micro-batches of single runs until the throughput CV is low
+    # (AdaTune); "fixed": number x repeat with min_repeat_ms, as stock MetaSchedule
+    evaluator: str = "adaptive"
+    micro_batch: int = 50
+    max_runs: int = 500
+    cv_threshold: float = 0.10
+    min_runs: int = 0
+    micro_batch_ms: float = 25.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,18 @@ class TuningSettings:
     population_size: int = 0
     task_scheduler: str = "gradient"
     seed: int = 0
+    # measurement reduction (see edgetune/search/adaptive.py)
+    sampler: str = "kmeans"
+    kmeans_distance_ratio: float = 0.3
+    early_stop: str = "adaptive"
+    early_stop_initial: int = 0
+    early_stop_increment: float = 1.0
+    early_stop_decrement: float = 1.0
+    early_stop_flops_ratio: float = 0.05
+    early_stop_min_step: int = 0
+    early_stop_max_step: int = 0
+    early_stop_patience: int = 0
+    exploration: str = "contextual"
 
 
 @dataclass(frozen=True)
@@ -234,6 +262,12 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "cooldown_sec": _number(at_least=0, default=0.0),
         "enable_cpu_cache_flush": _boolean(False),
         "timeout_sec": _number(above=0, default=30.0),
+        "evaluator": _string(EVALUATORS, default="adaptive"),
+        "micro_batch": _integer(1, default=50),
+        "max_runs": _integer(1, default=500),
+        "cv_threshold": _number(above=0, default=0.10),
+        "min_runs": _integer(0, default=0),
+        "micro_batch_ms": _number(at_least=0, default=25.0),
     },
     "tuning": {
         "trials": _integer(1, default=256),
@@ -244,6 +278,17 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "population_size": _integer(0, default=0),
         "task_scheduler": _string(TASK_SCHEDULERS, default="gradient"),
         "seed": _integer(default=0),
+        "sampler": _string(SAMPLERS, default="kmeans"),
+        "kmeans_distance_ratio": _number(above=0, default=0.3),
+        "early_stop": _string(EARLY_STOPS, default="adaptive"),
+        "early_stop_initial": _integer(0, default=0),
+        "early_stop_increment": _number(at_least=0, default=1.0),
+        "early_stop_decrement": _number(at_least=0, default=1.0),
+        "early_stop_flops_ratio": _number(at_least=0, default=0.05),
+        "early_stop_min_step": _integer(0, default=0),
+        "early_stop_max_step": _integer(0, default=0),
+        "early_stop_patience": _integer(0, default=0),
+        "exploration": _string(EXPLORATIONS, default="contextual"),
     },
     "device": {
         "arch": _nonempty_string(default=_DERIVED),

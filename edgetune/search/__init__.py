@@ -5,5 +5,6 @@ Each piece is a stock MetaSchedule component chosen by name from the profile's
 """
 
 from edgetune.search.factory import make_cost_model, make_search_strategy, make_task_scheduler
+from edgetune.search.scheduler import LearningCurveBelief, SlotBandit, UCBTaskScheduler
 
-__all__ = ["make_cost_model", "make_search_strategy", "make_task_scheduler"]
+__all__ = ["LearningCurveBelief", "SlotBandit", "UCBTaskScheduler", "make_cost_model", "make_search_strategy", "make_task_scheduler"]

@@ -19,10 +19,15 @@ def _check(kind: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def make_cost_model(name: str, *, seed: int = 0, num_cores: int = 1) -> Any:
-    """``xgb`` (MetaSchedule's XGBoost model, as in AutoTVM) or ``random``."""
+    """``xgb`` (MetaSchedule's XGBoost model, as in AutoTVM), ``rf`` (random
+    forest ranking by expected improvement, as in AdaTune) or ``random``."""
     _check("cost_model", name, COST_MODELS)
     if name == "random":
         return ms.cost_model.RandomModel(seed=seed)
+    if name == "rf":
+        from .surrogate import RandomForestModel
+
+        return RandomForestModel(seed=seed)
     return ms.cost_model.XGBModel(num_tuning_cores=num_cores, tree_method="auto")
 
 
@@ -40,21 +45,72 @@ def auto_population(num_trials_per_iter: int) -> int:
     return max(MIN_POPULATION, min(MAX_POPULATION, POPULATION_PER_CANDIDATE * num_trials_per_iter))
 
 
-def make_search_strategy(name: str, *, num_trials_per_iter: int = 64, population_size: int = 0) -> Any:
-    """A search strategy by name; ``population_size=0`` sizes the evolution to the batch."""
+def make_search_strategy(
+    name: str,
+    *,
+    num_trials_per_iter: int = 64,
+    population_size: int = 0,
+    tuning: Any = None,
+    surrogate: Any = None,
+    expected_trials_per_task: int = 0,
+    report: Any = None,
+) -> Any:
+    """A search strategy by name; ``population_size=0`` sizes the evolution to the batch.
+
+    With ``tuning`` (a profile's ``[tuning]`` settings) asking for sampling,
+    early stop or contextual exploration, the evolutionary search is wrapped in
+    :class:`~edgetune.search.adaptive.AdaptiveSearch`; ``surrogate`` is the
+    cost model object (contextual exploration reads its uncertainty).
+    """
     _check("search_strategy", name, SEARCH_STRATEGIES)
     if name != "evolutionary":
         return name
     if population_size < 0:
         raise ValueError(f"population_size must be >= 0, got {population_size!r} instead")
     population = population_size or auto_population(num_trials_per_iter)
+    from .adaptive import AdaptiveSearch, uses_adaptive_search
+
+    if tuning is not None and uses_adaptive_search(tuning):
+        return AdaptiveSearch(
+            population_size=population,
+            init_min_unmeasured=min(50, population // 2),
+            sampler=tuning.sampler,
+            kmeans_distance_ratio=tuning.kmeans_distance_ratio,
+            early_stop=tuning.early_stop,
+            early_stop_params=early_stop_params(tuning),
+            exploration=tuning.exploration,
+            surrogate=surrogate if tuning.cost_model == "rf" else None,
+            expected_trials_per_task=expected_trials_per_task,
+            seed=tuning.seed,
+            report=report,
+        )
     return ms.search_strategy.EvolutionarySearch(
         population_size=population,
         init_min_unmeasured=min(50, population // 2),
     )
 
 
-def make_task_scheduler(name: str) -> Any:
-    """``gradient`` (MetaSchedule's default) or ``round-robin``."""
+def early_stop_params(tuning: Any) -> dict[str, float]:
+    """The early-stop rule's keyword arguments from a profile's ``[tuning]`` settings."""
+    if tuning.early_stop == "fixed":
+        return {"patience": tuning.early_stop_patience}
+    return {
+        "initial": tuning.early_stop_initial,
+        "increment": tuning.early_stop_increment,
+        "decrement": tuning.early_stop_decrement,
+        "flops_ratio": tuning.early_stop_flops_ratio,
+        "min_step": tuning.early_stop_min_step,
+        "max_step": tuning.early_stop_max_step,
+    }
+
+
+def make_task_scheduler(name: str, *, peak_gflops: float | None = None, seed: int = 0, **params: Any) -> Any:
+    """``gradient`` (MetaSchedule's default), ``round-robin``, or edgetune's
+    ``ucb`` / ``epsilon-greedy`` / ``softmax`` (:mod:`edgetune.search.scheduler`;
+    ``params`` are their hyperparameters, ignored by the stock two)."""
     _check("task_scheduler", name, TASK_SCHEDULERS)
-    return ms.task_scheduler.TaskScheduler.create(name)
+    if name in ("gradient", "round-robin"):
+        return ms.task_scheduler.TaskScheduler.create(name)
+    from .scheduler import SCHEDULER_CLASSES
+
+    return SCHEDULER_CLASSES[name](peak_gflops=peak_gflops, seed=seed, **params)

@@ -1,0 +1,263 @@
+"""Measurement reduction: on-device cost and final speed, stock vs edgetune's components.
+
+Tasks (extracted from the built-in demo models): a ResNet-18 3x3 convolution,
+ResNet-18's dense layer (matmul) and a MobileNetV2 depthwise convolution. Each
+task is tuned alone with the same budget of proposed candidates, through one
+loopback tracker + RPC server, for every configuration and seed:
+
+  stock        XGBoost, evolutionary search (5 % fixed random share), every
+               proposed candidate measured with MetaSchedule's default
+               evaluator (number=3, repeat=1, min_repeat_ms=100)
+  adaptive     stock + adaptive evaluator (AdaTune §4.1)
+  kmeans       stock + K-means sampling (early-stop paper §II.C)
+  early-stop   stock + adaptive early stop (early-stop paper §II.B)
+  rf-ei        stock with a random forest ranking by expected improvement and
+               contextual exploration (AdaTune §4.2)
+  all          all of the above (edgetune's defaults plus ``cost_model = "rf"``)
+
+Every configuration shares edgetune's builder and runner and the same
+evolutionary population (sized to the batch), so the differences are the
+components. Reported per configuration: candidates measured, device seconds
+(inside the remote timing calls), wall clock, and the best candidate's
+latency re-measured at the end with one common fixed evaluator (number=20,
+repeat=5, min_repeat_ms=20), so a noisier evaluator cannot flatter itself.
+Configurations are interleaved per task and seed so machine noise hits all.
+
+Usage::
+
+  python benchmarks/measurement_reduction.py                   # seeds 0 1 2, 48 per task
+  python benchmarks/measurement_reduction.py --write-results   # also update RESULTS.md
+  python benchmarks/measurement_reduction.py --configs stock all --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm.s_tir.meta_schedule as ms
+
+from _results import write_section
+from edgetune.board.local import LocalBoard
+from edgetune.build.builder import WarmBuilder
+from edgetune.build.intrinsics import load_tensor_intrinsics
+from edgetune.measure.runner import TrackerRunner
+from edgetune.profile.schema import MeasureSettings, TuningSettings
+from edgetune.search import make_cost_model, make_search_strategy
+from edgetune.search.adaptive import SearchReport
+from edgetune.tasks import load_model, prepare_for_tuning
+
+TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+MARK = "measurement_reduction"
+BATCH = 8
+
+#: (label, model, task name) - a ResNet-18 conv2d, the dense layer, a depthwise conv2d
+TASKS = (
+    ("resnet18 conv2d 3x3 64ch", "demo:resnet18@64", "fused_conv2d1_add1_relu1"),
+    ("resnet18 dense 512x1000", "demo:resnet18@64", "fused_matmul_add9"),
+    ("mobilenetv2 depthwise 3x3 96ch s2", "demo:mobilenetv2@64", "fused_conv2d4_add3_maximum2_minimum2"),
+)
+
+STOCK_MEASURE = MeasureSettings(evaluator="fixed", number=3, repeat=1, min_repeat_ms=100)
+ADAPTIVE_MEASURE = MeasureSettings(evaluator="adaptive")
+FINAL_MEASURE = MeasureSettings(evaluator="fixed", number=20, repeat=5, min_repeat_ms=20)
+OFF = dict(sampler="none", early_stop="none", exploration="fixed", cost_model="xgb")
+
+#: name -> (tuning overrides, measure settings)
+CONFIGS: dict[str, tuple[dict[str, Any], MeasureSettings]] = {
+    "stock": (OFF, STOCK_MEASURE),
+    "adaptive": (OFF, ADAPTIVE_MEASURE),
+    "kmeans": ({**OFF, "sampler": "kmeans"}, STOCK_MEASURE),
+    "early-stop": ({**OFF, "early_stop": "adaptive"}, STOCK_MEASURE),
+    "rf-ei": ({**OFF, "cost_model": "rf", "exploration": "contextual"}, STOCK_MEASURE),
+    "all": ({"sampler": "kmeans", "early_stop": "adaptive", "exploration": "contextual", "cost_model": "rf"}, ADAPTIVE_MEASURE),
+}
+
+
+def load_tasks() -> list[tuple[str, Any]]:
+    found = []
+    models: dict[str, Any] = {}
+    for label, spec, name in TASKS:
+        if spec not in models:
+            prepared = prepare_for_tuning(load_model(spec).mod, TARGET)
+            models[spec] = {t.task_name: t.dispatched[0] for t in ms.relax_integration.extract_tasks(prepared, TARGET)}
+        if name not in models[spec]:
+            raise SystemExit(f"task {name} not found in {spec}: {sorted(models[spec])}")
+        found.append((label, models[spec][name]))
+    return found
+
+
+def tune_one(config: str, mod: Any, seed: int, budget: int, address: Any, builder: WarmBuilder) -> dict[str, Any]:
+    overrides, measure = CONFIGS[config]
+    tuning = dataclasses.replace(TuningSettings(), seed=seed, **overrides)
+    cost_model = make_cost_model(tuning.cost_model, seed=seed, num_cores=2)
+    report = SearchReport()
+    strategy = make_search_strategy(
+        "evolutionary", num_trials_per_iter=BATCH, tuning=tuning, surrogate=cost_model,
+        expected_trials_per_task=budget, report=report,
+    )
+    ctx = ms.TuneContext(
+        mod=mod, target=TARGET, space_generator="post-order-apply", search_strategy=strategy,
+        task_name=config, num_threads=2, rand_state=seed,
+    )
+    database = ms.database.MemoryDatabase()
+    runner = TrackerRunner(address, config=measure)
+    started = time.monotonic()
+    try:
+        ms.tune_tasks(
+            tasks=[ctx], task_weights=[1.0], work_dir=tempfile.mkdtemp(prefix="mr-"),
+            max_trials_global=budget, max_trials_per_task=budget, num_trials_per_iter=BATCH,
+            builder=builder, runner=runner, database=database, cost_model=cost_model,
+            measure_callbacks=[
+                ms.measure_callback.AddToDatabase(), ms.measure_callback.RemoveBuildArtifact(),
+                ms.measure_callback.UpdateCostModel(),
+            ],
+            task_scheduler="gradient",
+        )
+    finally:
+        runner.close()
+    wall = time.monotonic() - started
+    best_us = remeasure_best(database, mod, address, builder)
+    task = report.to_dict()["tasks"]
+    return {
+        "config": config, "seed": seed, "measured": runner.stats.measured, "failed": runner.stats.failed,
+        "device_s": runner.stats.device_seconds, "wall_s": wall, "best_us": best_us,
+        "runs_per_candidate": runner.stats.runs / runner.stats.measured if runner.stats.runs and runner.stats.measured else None,
+        "proposed": task[0]["proposed"] if task else runner.stats.measured + runner.stats.failed,
+        "stopped_early": bool(task and task[0]["stopped_early"]),
+    }
+
+
+def remeasure_best(database: Any, mod: Any, address: Any, builder: WarmBuilder) -> float | None:
+    """The best record's latency (us) re-measured with FINAL_MEASURE."""
+    from tvm.s_tir import Schedule
+
+    top = database.get_top_k(database.commit_workload(mod), 1)
+    if not top:
+        return None
+    sch = Schedule(mod)
+    top[0].trace.apply_to_schedule(sch, remove_postproc=False)
+    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, TARGET)])
+    if built.error_msg:
+        return None
+    runner = TrackerRunner(address, config=FINAL_MEASURE)
+    try:
+        args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "llvm", args)])
+        result = future.result()
+    finally:
+        runner.close()
+    if result.error_msg or not result.run_secs:
+        return None
+    return float(np.median([float(x) for x in result.run_secs])) * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budget", type=int, default=48, help="proposed candidates per task")
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--raw", type=Path, help="also write every row as JSON here")
+    parser.add_argument("--from-raw", type=Path, help="report the rows of an earlier --raw file instead of running")
+    parser.add_argument("--write-results", action="store_true")
+    args = parser.parse_args()
+    if args.from_raw:
+        rows = json.loads(args.from_raw.read_text())
+        args.seeds = sorted({r["seed"] for r in rows})
+        return _report(rows, args, float(rows[-1].get("elapsed_s", 0.0)))
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    load_tensor_intrinsics(TARGET)
+    tasks = load_tasks()
+    rows: list[dict[str, Any]] = []
+    started = time.time()
+    with LocalBoard(key="local", num_threads=1) as board, closing(WarmBuilder(timeout_sec=60)) as builder:
+        address = board.start()
+        builder.start()
+        for seed in args.seeds:
+            for label, mod in tasks:
+                for config in args.configs:
+                    row = {"task": label, **tune_one(config, mod, seed, args.budget, address, builder)}
+                    row["elapsed_s"] = time.time() - started
+                    rows.append(row)
+                    print(json.dumps(row), f"({time.time() - started:.0f} s)", flush=True)
+                    if args.raw:
+                        args.raw.write_text(json.dumps(rows, indent=1))
+    return _report(rows, args, time.time() - started)
+
+
+def _report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> int:
+    text = report_text(rows, args, seconds)
+    print(text)
+    if args.write_results:
+        write_section(f"## Measurement reduction (issue 3)\n\n{text}", MARK)
+    return 0
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    return f"{med:.3g} [{min(values):.3g}-{max(values):.3g}]"
+
+
+def report_text(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
+    configs = [c for c in CONFIGS if any(r["config"] == c for r in rows)]
+    seeds = sorted({r["seed"] for r in rows})
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+
+    def total(config: str, seed: int, key: str) -> float:
+        return sum(r[key] for r in rows if r["config"] == config and r["seed"] == seed)
+
+    def best(config: str, seed: int, task: str) -> float | None:
+        for r in rows:
+            if r["config"] == config and r["seed"] == seed and r["task"] == task:
+                return r["best_us"]
+        return None
+
+    lines = [
+        f"Reproduce: `python benchmarks/measurement_reduction.py --seeds {' '.join(map(str, seeds))} "
+        f"--budget {args.budget} --write-results` ({platform.machine()}, {len(tasks)} tasks x {len(seeds)} seeds, "
+        f"batch {BATCH}, {seconds / 60:.0f} min in one run). Values: median over seeds [min-max]; "
+        "ratios are per seed against stock, then the median.",
+        "",
+        "| config | measured (sum of tasks) | device s | wall s | measured vs stock | device s vs stock | best latency vs stock (geo-mean of tasks) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for config in configs:
+        measured = [total(config, s, "measured") for s in seeds]
+        device = [total(config, s, "device_s") for s in seeds]
+        wall = [total(config, s, "wall_s") for s in seeds]
+        m_ratio = [total(config, s, "measured") / max(1, total("stock", s, "measured")) for s in seeds]
+        d_ratio = [total(config, s, "device_s") / max(1e-9, total("stock", s, "device_s")) for s in seeds]
+        lat_ratio = []
+        for s in seeds:
+            ratios = [best(config, s, t) / best("stock", s, t) for t in tasks if best(config, s, t) and best("stock", s, t)]
+            if ratios:
+                lat_ratio.append(float(np.exp(np.mean(np.log(ratios)))))
+        lines.append(
+            f"| {config} | {_spread(measured)} | {_spread(device)} | {_spread(wall)} | {_spread(m_ratio)} | "
+            f"{_spread(d_ratio)} | {_spread(lat_ratio)} |"
+        )
+    lines += ["", "Best latency per task (us, re-measured with one fixed evaluator), median [min-max] over seeds:", ""]
+    lines.append("| task | " + " | ".join(configs) + " |")
+    lines.append("|---|" + "---|" * len(configs))
+    for task in tasks:
+        cells = [_spread([b for s in seeds if (b := best(c, s, task)) is not None]) for c in configs]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

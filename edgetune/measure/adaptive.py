@@ -1,0 +1,155 @@
+"""Adaptive measurement: stop timing a candidate once its throughput is stable.
+
+AdaTune §4.1. A candidate is timed in micro-batches of ``B`` single runs (one
+remote ``time_evaluator`` call with ``number=1, repeat=B`` per micro-batch, so
+there is no RPC round trip per run). After micro-batch ``i`` the cumulative
+throughput is::
+
+    Perf_i = (runs in micro-batches 1..i) * GFLOP / (their total time)
+
+and timing stops as soon as the coefficient of variation of
+``Perf_1 .. Perf_i`` is below the threshold (at least two micro-batches, at
+least ``min_runs``, at most ``max_runs``: the paper's n). On a quiet board the
+second micro-batch agrees with the first and timing stops; on a noisy one
+(background work, throttling) micro-batches disagree, the CV stays high and
+more runs are taken. The GFLOP count cancels out of the CV, so only run times
+are needed.
+
+One addition to the paper: with ``micro_batch_ms`` > 0 a short probe call
+(``PROBE_RUNS`` runs, also a warm-up, not part of the estimate) measures the
+run time first, and micro-batches then hold at most ``micro_batch_ms`` of
+device time (never fewer than ``PROBE_RUNS`` runs). Fifty runs of a 10 ms
+convolution would otherwise cost half a second per micro-batch, more than stock
+MetaSchedule's 100 ms per candidate; sub-millisecond kernels still get the
+paper's full micro-batch. ``micro_batch_ms = 0`` is the paper's rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+#: the paper's defaults: micro-batches of 50 runs of at most n = 500, stop below 10 % CV
+DEFAULT_MICRO_BATCH = 50
+DEFAULT_MAX_RUNS = 500
+DEFAULT_CV_THRESHOLD = 0.10
+DEFAULT_MICRO_BATCH_MS = 25.0
+#: runs of the probe call that sizes time-bounded micro-batches
+PROBE_RUNS = 3
+
+
+def cumulative_cv(batches: Sequence[Sequence[float]]) -> float:
+    """CV of the cumulative throughput after each micro-batch (run times in seconds).
+
+    ``inf`` for fewer than two micro-batches (nothing to compare yet) or a non-positive time.
+    """
+    if len(batches) < 2:
+        return math.inf
+    runs = np.cumsum([len(b) for b in batches], dtype=float)
+    seconds = np.cumsum([float(np.sum(b)) for b in batches])
+    if np.any(seconds <= 0) or any(len(b) == 0 for b in batches):
+        return math.inf
+    perf = runs / seconds
+    return float(np.std(perf) / np.mean(perf))
+
+
+@dataclass
+class AdaptiveResult:
+    """How one candidate was measured."""
+
+    run_secs: list[float]  # the single-run times the estimate uses, in order
+    cv: float  # the final cumulative-throughput CV
+    micro_batches: int
+    stopped_by: str  # "cv" (stable), "cap" (max_runs reached)
+    batch_means: list[float] = field(default_factory=list)
+    probe_runs: int = 0  # warm-up/sizing runs, timed but not part of the estimate
+
+    @property
+    def runs(self) -> int:
+        """Runs executed on the device, probe included."""
+        return len(self.run_secs) + self.probe_runs
+
+    @property
+    def mean_sec(self) -> float:
+        return float(np.mean(self.run_secs))
+
+
+@dataclass(frozen=True)
+class AdaptiveEvaluator:
+    """Micro-batch timing with a CV stopping rule (see the module docstring).
+
+    Parameters
+    ----------
+    micro_batch:
+        Runs per remote timing call (the paper's B).
+    max_runs:
+        Cap on runs per candidate (the paper's n); a multiple of ``micro_batch`` is sensible.
+    cv_threshold:
+        Stop once the cumulative-throughput CV is below this (0.10 = 10 %).
+    min_runs:
+        Floor: never stop before this many runs (two micro-batches are always taken).
+    micro_batch_ms:
+        Device time a micro-batch may take (0: always ``micro_batch`` runs, as in the paper).
+    """
+
+    micro_batch: int = DEFAULT_MICRO_BATCH
+    max_runs: int = DEFAULT_MAX_RUNS
+    cv_threshold: float = DEFAULT_CV_THRESHOLD
+    min_runs: int = 0
+    micro_batch_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.micro_batch < 1:
+            raise ValueError(f"micro_batch must be >= 1, got {self.micro_batch!r} instead")
+        if self.max_runs < 2 * self.micro_batch:
+            raise ValueError(f"max_runs must be >= 2 x micro_batch ({2 * self.micro_batch}), got {self.max_runs!r} instead")
+        if not self.cv_threshold > 0:
+            raise ValueError(f"cv_threshold must be > 0, got {self.cv_threshold!r} instead")
+        if self.min_runs < 0 or self.min_runs > self.max_runs:
+            raise ValueError(f"min_runs must be within 0..max_runs ({self.max_runs}), got {self.min_runs!r} instead")
+        if not self.micro_batch_ms >= 0:
+            raise ValueError(f"micro_batch_ms must be >= 0, got {self.micro_batch_ms!r} instead")
+
+    def batch_size(self, run_sec: float | None) -> int:
+        """Runs in the next micro-batch given the run time seen so far."""
+        if self.micro_batch_ms <= 0 or run_sec is None or run_sec <= 0:
+            return self.micro_batch
+        fitting = math.ceil(self.micro_batch_ms / 1e3 / run_sec)
+        return max(min(PROBE_RUNS, self.micro_batch), min(self.micro_batch, fitting))
+
+    def measure(self, time_runs: Callable[[int], Sequence[float]]) -> AdaptiveResult:
+        """Call ``time_runs(k)`` (returns ``k`` single-run times in seconds) until stable."""
+        probe: list[float] = []
+        if self.micro_batch_ms > 0:
+            probe = self._call(time_runs, min(PROBE_RUNS, self.max_runs))
+        size = self.batch_size(float(np.mean(probe)) if probe else None)
+        batches: list[list[float]] = []
+        runs = len(probe)
+        cv = math.inf
+        while True:
+            count = min(size, self.max_runs - runs)
+            if count <= 0:
+                break
+            batches.append(self._call(time_runs, count))
+            runs += count
+            cv = cumulative_cv(batches)
+            if runs >= self.min_runs and cv < self.cv_threshold:
+                return self._result(batches, cv, "cv", len(probe))
+        return self._result(batches, cv, "cap", len(probe))
+
+    @staticmethod
+    def _call(time_runs: Callable[[int], Sequence[float]], count: int) -> list[float]:
+        times = [float(t) for t in time_runs(count)]
+        if len(times) != count:
+            raise RuntimeError(f"timing call returned {len(times)} run times, expected {count}")
+        return times
+
+    @staticmethod
+    def _result(batches: list[list[float]], cv: float, stopped_by: str, probe_runs: int) -> AdaptiveResult:
+        if not batches:  # max_runs used up by the probe alone
+            raise ValueError("max_runs leaves no room for a micro-batch after the probe")
+        flat = [t for batch in batches for t in batch]
+        return AdaptiveResult(flat, cv, len(batches), stopped_by, [float(np.mean(b)) for b in batches], probe_runs)

@@ -1,0 +1,295 @@
+"""A search strategy that spends fewer on-device trials: MetaSchedule's
+evolutionary search wrapped with contextual exploration, K-means sampling and
+an adaptive early stop.
+
+Per batch, in the order MetaSchedule calls the hooks
+(``_initialize_with_tune_context`` -> ``pre_tuning`` -> [``generate_measure_candidates``
+-> ``notify_runner_results``]* -> ``post_tuning``):
+
+1. the inner ``EvolutionarySearch`` proposes a batch of ``b`` candidates,
+   ranked by the cost model (with the random forest: by expected improvement);
+2. contextual exploration (AdaTune §4.2.2): ``eps_t = mean sigma / Perf(p*)``
+   of randomly drawn unmeasured candidates; the batch keeps its best
+   ``(1 - eps_t) b`` and takes ``eps_t b`` random candidates instead of a fixed
+   5 % share (needs a cost model with uncertainty; otherwise the inner
+   search's fixed epsilon-greedy share stays);
+3. K-means sampling (§II.C of the early-stop paper) keeps one candidate per
+   cluster of similar candidates;
+4. after measurement, the early stop updates the task's maximum trial count;
+   once the task's measured trials reach it, the strategy returns ``None`` and
+   MetaSchedule's task scheduler retires the task.
+
+The task's budget (MetaSchedule's ``max_trials``) caps the candidates
+*proposed*, ``b`` per round: it buys search rounds, and sampling decides how
+many of each round reach the board. The early stop counts candidates
+*measured*, as the paper's trial count does, so the two compose: sampling
+thins each round, the early stop ends a task whose measurements stopped
+paying off. What each component saved is collected in a :class:`SearchReport`
+shared by the clones MetaSchedule makes per task.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm.s_tir.meta_schedule as ms
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
+
+from .early_stop import EarlyStop, make_early_stop
+from .sampling import KMeansSampler
+from .surrogate import aggregate_features, mean_std_or_none
+
+
+@dataclass
+class TaskSearchReport:
+    """What the strategy did for one task."""
+
+    task: str
+    budget: int = 0
+    proposed: int = 0
+    measured: int = 0
+    random_candidates: int = 0
+    stopped_early: bool = False
+    early_stop_limit: int | None = None
+    exploration: list[float] = field(default_factory=list)  # eps_t per batch
+
+    @property
+    def removed_fraction(self) -> float:
+        return 1.0 - self.measured / self.proposed if self.proposed else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "budget": self.budget,
+            "proposed": self.proposed,
+            "measured": self.measured,
+            "removed_by_sampling": round(self.removed_fraction, 4),
+            "stopped_early": self.stopped_early,
+            "early_stop_limit": self.early_stop_limit,
+            "budget_left_by_early_stop": max(0, self.budget - self.proposed) if self.stopped_early else 0,
+            "random_candidates": self.random_candidates,
+            "mean_exploration": round(float(np.mean(self.exploration)), 4) if self.exploration else None,
+        }
+
+
+class SearchReport:
+    """Per-task reports, shared by every clone of one strategy (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.tasks: dict[str, TaskSearchReport] = {}
+
+    def task(self, name: str) -> TaskSearchReport:
+        with self._lock:
+            return self.tasks.setdefault(name, TaskSearchReport(name))
+
+    def to_dict(self) -> dict[str, Any]:
+        tasks = [t.to_dict() for t in self.tasks.values()]
+        proposed = sum(t.proposed for t in self.tasks.values())
+        measured = sum(t.measured for t in self.tasks.values())
+        return {
+            "proposed": proposed,
+            "measured": measured,
+            "removed_by_sampling": round(1 - measured / proposed, 4) if proposed else 0.0,
+            "tasks_stopped_early": sum(t.stopped_early for t in self.tasks.values()),
+            "tasks": tasks,
+        }
+
+
+@derived_object
+class AdaptiveSearch(PySearchStrategy):
+    """Evolutionary search plus the measurement-reducing components (see module docstring).
+
+    Parameters
+    ----------
+    population_size, init_min_unmeasured, eps_greedy:
+        Of the inner ``EvolutionarySearch``; ``eps_greedy`` is its fixed random
+        share, used when exploration is not contextual.
+    sampler:
+        ``"kmeans"`` or ``"none"``.
+    kmeans_distance_ratio:
+        The sampler's distance threshold (see :class:`~edgetune.search.sampling.KMeansSampler`).
+    early_stop, early_stop_params:
+        ``"adaptive"``, ``"fixed"`` or ``"none"`` and the rule's parameters.
+    exploration:
+        ``"contextual"`` (needs ``surrogate``) or ``"fixed"``.
+    surrogate:
+        The Python cost model object, read for its ``predict_mean_std``.
+    expected_trials_per_task:
+        The task's fair share of the run's budget, where the early stop starts.
+    max_exploration:
+        Upper bound of ``eps_t``.
+    seed:
+        Seed for random candidates and K-means.
+    report:
+        Where per-task reports are collected (shared with clones).
+    """
+
+    def __init__(
+        self,
+        *,
+        population_size: int = 512,
+        init_min_unmeasured: int = 50,
+        eps_greedy: float = 0.05,
+        sampler: str = "kmeans",
+        kmeans_distance_ratio: float = 0.3,
+        early_stop: str = "adaptive",
+        early_stop_params: dict[str, float] | None = None,
+        exploration: str = "contextual",
+        surrogate: Any = None,
+        expected_trials_per_task: int = 0,
+        max_exploration: float = 0.5,
+        seed: int = 0,
+        report: SearchReport | None = None,
+    ) -> None:
+        super().__init__()
+        if sampler not in ("kmeans", "none"):
+            raise ValueError(f"sampler must be 'kmeans' or 'none', got {sampler!r} instead")
+        if exploration not in ("contextual", "fixed"):
+            raise ValueError(f"exploration must be 'contextual' or 'fixed', got {exploration!r} instead")
+        if not 0 <= max_exploration <= 1:
+            raise ValueError(f"max_exploration must be within [0, 1], got {max_exploration!r} instead")
+        make_early_stop(early_stop, **(early_stop_params or {}))  # validate now, not inside tuning
+        self.params = dict(
+            population_size=population_size,
+            init_min_unmeasured=init_min_unmeasured,
+            eps_greedy=eps_greedy,
+            sampler=sampler,
+            kmeans_distance_ratio=kmeans_distance_ratio,
+            early_stop=early_stop,
+            early_stop_params=dict(early_stop_params or {}),
+            exploration=exploration,
+            surrogate=surrogate,
+            expected_trials_per_task=expected_trials_per_task,
+            max_exploration=max_exploration,
+            seed=seed,
+        )
+        self.report = report if report is not None else SearchReport()
+        self.contextual = exploration == "contextual" and surrogate is not None
+        self.context: Any = None
+        self.inner: Any = None
+        self.sampler = KMeansSampler(kmeans_distance_ratio, seed=seed) if sampler == "kmeans" else None
+        self.stopper: EarlyStop = make_early_stop(early_stop, **self.params["early_stop_params"])
+        self.rng = np.random.default_rng(seed)
+        self._extractor: Any = None
+        self._task: TaskSearchReport | None = None
+
+    # -- MetaSchedule hooks -------------------------------------------------------
+    def _initialize_with_tune_context(self, context: Any) -> None:
+        self.context = context
+        self.inner = ms.search_strategy.EvolutionarySearch(
+            population_size=self.params["population_size"],
+            init_min_unmeasured=self.params["init_min_unmeasured"],
+            eps_greedy=0.0 if self.contextual else self.params["eps_greedy"],
+        )
+        self.inner._initialize_with_tune_context(context)  # pylint: disable=protected-access
+        name = str(context.task_name) if context.task_name else "task"
+        self.rng = np.random.default_rng([self.params["seed"], abs(hash(name)) % (1 << 31)])
+
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any, database: Any = None, cost_model: Any = None) -> None:
+        self.plan = int(num_trials_per_iter)
+        self.budget = int(max_trials)
+        self.design_spaces = list(design_spaces)
+        # the inner search never ends a task by itself: this strategy does
+        self.inner.pre_tuning(1 << 30, num_trials_per_iter, design_spaces, database, cost_model)
+        expected = self.params["expected_trials_per_task"] or int(max_trials)
+        self.stopper.start(int(max_trials), self.plan, expected=expected)
+        self._task = self.report.task(str(self.context.task_name))
+        self._task.budget = int(max_trials)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
+        task = self._task
+        if task.proposed >= self.budget:
+            return None
+        if self.stopper.should_stop():
+            task.stopped_early = True
+            task.early_stop_limit = self.stopper.limit
+            return None
+        pool = self.inner.generate_measure_candidates()
+        if pool is None:
+            return None
+        batch = list(pool)
+        if self.contextual:
+            batch = self._explore(batch)
+        task.proposed += len(batch)
+        if self.sampler is not None and len(batch) > 1:
+            keep = self.sampler.select(self._features(batch))
+            batch = [batch[i] for i in keep]
+        task.measured += len(batch)
+        return batch
+
+    def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+        throughputs = [
+            1.0 / float(np.mean([float(s) for s in r.run_secs]))
+            for r in results
+            if r.error_msg is None and r.run_secs and 0 < float(np.mean([float(s) for s in r.run_secs])) < 1e9
+        ]
+        self.stopper.update(len(results), max(throughputs) if throughputs else None)
+        self._task.early_stop_limit = self.stopper.limit
+
+    def clone(self) -> AdaptiveSearch:
+        return AdaptiveSearch(**self.params, report=self.report)
+
+    # -- components ----------------------------------------------------------------
+    def _features(self, candidates: list[Any]) -> np.ndarray:
+        if self._extractor is None:
+            self._extractor = ms.feature_extractor.PerStoreFeature()
+        rows = [aggregate_features(x.numpy()) for x in self._extractor.extract_from(self.context, candidates)]
+        width = max(len(r) for r in rows)
+        return np.array([np.pad(r, (0, width - len(r))) for r in rows])
+
+    def _explore(self, batch: list[Any]) -> list[Any]:
+        """Replace the worst-ranked share ``eps_t`` of the batch with random candidates."""
+        randoms = self.random_candidates(max(16, self.plan))
+        if not randoms:
+            return batch
+        _, sigma = mean_std_or_none(self.params["surrogate"], self.context, randoms)
+        if sigma is None:
+            return batch  # cost model still warming up: its ranking is random anyway
+        eps = float(min(self.params["max_exploration"], max(0.0, float(np.mean(sigma)) / 1.0)))  # Perf(p*) = 1
+        self._task.exploration.append(eps)
+        n_random = min(len(randoms), int(round(eps * len(batch))))
+        self._task.random_candidates += n_random
+        return batch[: len(batch) - n_random] + randoms[:n_random]
+
+    def random_candidates(self, count: int) -> list[Any]:
+        """Fresh samples of the design spaces (decisions re-drawn, postprocessors applied)."""
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.schedule import Trace
+
+        postprocs = list(self.context.space_generator.postprocs or [])
+        found: list[Any] = []
+        for _ in range(4 * count):
+            if len(found) >= count:
+                break
+            space = self.design_spaces[int(self.rng.integers(len(self.design_spaces)))]
+            sch = Schedule(self.context.mod, seed=int(self.rng.integers(1, 1 << 30)), debug_mask="none")
+            try:
+                Trace(space.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+                sch.enter_postproc()  # marks what follows, so a replay can drop it
+                if not all(p.apply(sch) for p in postprocs):
+                    continue
+            except Exception:  # noqa: BLE001 - an invalid sample; draw another
+                continue
+            found.append(MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+        return found
+
+
+def uses_adaptive_search(tuning: Any) -> bool:
+    """Whether a profile's ``[tuning]`` asks for any component beyond stock evolutionary search."""
+    return tuning.search_strategy == "evolutionary" and (
+        tuning.sampler != "none"
+        or tuning.early_stop != "none"
+        or (tuning.exploration == "contextual" and tuning.cost_model == "rf")
+    )
+
+
+__all__ = ["AdaptiveSearch", "SearchReport", "TaskSearchReport", "uses_adaptive_search"]

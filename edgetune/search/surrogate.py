@@ -1,0 +1,204 @@
+"""A random-forest cost model with uncertainty, ranking by expected improvement.
+
+AdaTune §4.2. The forest's trees are an ensemble: their spread gives a standard
+deviation beside the mean prediction. Candidates are scored by the expected
+positive improvement over the best measured candidate,
+
+    EI = (mu - best) * Phi(z) + sigma * phi(z),   z = (mu - best) / sigma
+    EI = max(0, mu - best)                         when sigma = 0
+
+so both promising and uncertain candidates rank high. The search strategy
+also reads the mean standard deviation of random candidates to set the share
+of random exploration per batch (the paper's contextual epsilon).
+
+Targets are normalised per task as MetaSchedule's XGBoost model does: the
+task's best measured latency divided by the candidate's (1.0 = best so far).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+#: latency MetaSchedule reports for a failed candidate; scored as throughput 0
+_FAILED_SECS = 1e9
+
+
+def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.ndarray:
+    """Expected positive improvement of a normal ``N(mu, sigma)`` over ``best`` (AdaTune eq. 1-2)."""
+    from scipy.stats import norm
+
+    mu = np.asarray(mu, dtype=float)
+    sigma = np.asarray(sigma, dtype=float)
+    gain = mu - best
+    ei = np.maximum(gain, 0.0)
+    positive = sigma > 0
+    z = gain[positive] / sigma[positive]
+    ei[positive] = gain[positive] * norm.cdf(z) + sigma[positive] * norm.pdf(z)
+    return ei
+
+
+def aggregate_features(per_store: np.ndarray) -> np.ndarray:
+    """One fixed-length row from a candidate's per-buffer-store feature matrix: sum, max, count."""
+    per_store = np.asarray(per_store, dtype=float)
+    if per_store.ndim != 2 or per_store.shape[0] == 0:
+        width = per_store.shape[-1] if per_store.ndim == 2 else 0
+        return np.zeros(2 * width + 1)
+    return np.concatenate([per_store.sum(axis=0), per_store.max(axis=0), [per_store.shape[0]]])
+
+
+@dataclass
+class _Group:
+    """Measured candidates of one task."""
+
+    features: list[np.ndarray] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+
+    @property
+    def targets(self) -> np.ndarray:
+        costs = np.asarray(self.costs)
+        valid = costs < _FAILED_SECS
+        best = costs[valid].min() if valid.any() else 1.0
+        return np.where(valid, best / np.maximum(costs, 1e-30), 0.0)
+
+
+@derived_object
+class RandomForestModel(PyCostModel):
+    """Random forest surrogate; ``predict`` returns expected improvement.
+
+    Parameters
+    ----------
+    n_estimators, min_samples_leaf, max_features:
+        Passed to scikit-learn's ``RandomForestRegressor``.
+    num_warmup_samples:
+        Below this many measured candidates, ``predict`` returns random scores.
+    score:
+        ``"ei"`` (expected improvement, the paper's choice) or ``"mean"``.
+    seed:
+        Random state of the forest and of warm-up scores.
+    """
+
+    def __init__(
+        self,
+        n_estimators: int = 64,
+        min_samples_leaf: int = 1,
+        max_features: float = 0.5,
+        num_warmup_samples: int = 8,
+        score: str = "ei",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if n_estimators < 2:
+            raise ValueError(f"n_estimators must be >= 2 (the spread of trees is the uncertainty), got {n_estimators!r} instead")
+        if score not in ("ei", "mean"):
+            raise ValueError(f"score must be 'ei' or 'mean', got {score!r} instead")
+        self.n_estimators = n_estimators
+        self.min_samples_leaf = min_samples_leaf
+        self.max_features = max_features
+        self.num_warmup_samples = num_warmup_samples
+        self.score = score
+        self.seed = seed
+        self.groups_: dict[str, _Group] = {}
+        self.forest_: Any = None
+        self.rng_ = np.random.default_rng(seed)
+        self._extractor: Any = None
+
+    # -- features -----------------------------------------------------------------
+    def _features(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        if self._extractor is None:
+            from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+            self._extractor = PerStoreFeature()
+        rows = [aggregate_features(x.numpy()) for x in self._extractor.extract_from(context, candidates)]
+        width = max((len(r) for r in rows), default=0)
+        return np.array([np.pad(r, (0, width - len(r))) for r in rows], dtype=float)
+
+    @staticmethod
+    def _group_key(context: Any) -> str:
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        return shash2hex(context.mod)
+
+    # -- MetaSchedule interface ----------------------------------------------------
+    def load(self, path: str) -> None:
+        with open(path, "rb") as handle:
+            self.groups_, self.forest_ = pickle.load(handle)
+
+    def save(self, path: str) -> None:
+        with open(path, "wb") as handle:
+            pickle.dump((self.groups_, self.forest_), handle)
+
+    def update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
+        if not candidates:
+            return
+        features = self._features(context, candidates)
+        group = self.groups_.setdefault(self._group_key(context), _Group())
+        for row, result in zip(features, results):
+            secs = [float(s) for s in (result.run_secs or [])]
+            cost = float(np.median(secs)) if secs and not result.error_msg else _FAILED_SECS
+            group.features.append(row)
+            group.costs.append(min(cost, _FAILED_SECS))
+        self._fit()
+
+    def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        mu, sigma = self.predict_mean_std(context, candidates)
+        if mu is None:
+            return self.rng_.uniform(size=len(candidates)).astype("float64")
+        if self.score == "mean":
+            return mu
+        return expected_improvement(mu, sigma, best=1.0)
+
+    # -- edgetune API ------------------------------------------------------------
+    @property
+    def num_samples_(self) -> int:
+        return sum(len(g.costs) for g in self.groups_.values())
+
+    def predict_mean_std(self, context: Any, candidates: list[Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Mean and standard deviation of the normalised throughput (None before warm-up)."""
+        if self.forest_ is None or not candidates:
+            return None, None
+        x = self._pad(self._features(context, candidates))
+        per_tree = np.stack([tree.predict(x) for tree in self.forest_.estimators_])
+        return per_tree.mean(axis=0), per_tree.std(axis=0)
+
+    def _pad(self, x: np.ndarray) -> np.ndarray:
+        width = self.forest_.n_features_in_
+        if x.shape[1] < width:
+            x = np.pad(x, ((0, 0), (0, width - x.shape[1])))
+        return x[:, :width]
+
+    def _fit(self) -> None:
+        if self.num_samples_ < self.num_warmup_samples:
+            return
+        from sklearn.ensemble import RandomForestRegressor
+
+        width = max(len(f) for g in self.groups_.values() for f in g.features)
+        x = np.array([np.pad(f, (0, width - len(f))) for g in self.groups_.values() for f in g.features])
+        y = np.concatenate([g.targets for g in self.groups_.values()])
+        forest = RandomForestRegressor(
+            n_estimators=self.n_estimators,
+            min_samples_leaf=self.min_samples_leaf,
+            max_features=self.max_features,
+            random_state=self.seed,
+            n_jobs=1,
+        )
+        self.forest_ = forest.fit(x, y)
+
+
+def mean_std_or_none(model: Any, context: Any, candidates: list[Any]) -> tuple[Any, Any]:
+    """``model.predict_mean_std`` when the model has one, else ``(None, None)``."""
+    method = getattr(model, "predict_mean_std", None)
+    if method is None:
+        return None, None
+    try:
+        return method(context, candidates)
+    except Exception:  # noqa: BLE001 - exploration falls back to the fixed share
+        return None, None
+
+
+__all__ = ["RandomForestModel", "aggregate_features", "expected_improvement", "mean_std_or_none"]

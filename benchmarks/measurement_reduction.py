@@ -13,7 +13,9 @@ loopback tracker + RPC server, for every configuration and seed:
   early-stop   stock + adaptive early stop (early-stop paper §II.B)
   rf-ei        stock with a random forest ranking by expected improvement and
                contextual exploration (AdaTune §4.2)
-  all          all of the above (edgetune's defaults plus ``cost_model = "rf"``)
+  all          all of the above (``cost_model = "rf"``, CV threshold 10 %)
+  adaptive-cv3 adaptive with a 3 % CV threshold
+  all-cv3      all with a 3 % CV threshold
 
 Every configuration shares edgetune's builder and runner and the same
 evolutionary population (sized to the batch), so the differences are the
@@ -71,7 +73,8 @@ TASKS = (
 )
 
 STOCK_MEASURE = MeasureSettings(evaluator="fixed", number=3, repeat=1, min_repeat_ms=100)
-ADAPTIVE_MEASURE = MeasureSettings(evaluator="adaptive")
+ADAPTIVE_MEASURE = MeasureSettings(evaluator="adaptive", cv_threshold=0.10)  # the paper's threshold
+ADAPTIVE_TIGHT = MeasureSettings(evaluator="adaptive", cv_threshold=0.03)
 FINAL_MEASURE = MeasureSettings(evaluator="fixed", number=20, repeat=5, min_repeat_ms=20)
 OFF = dict(sampler="none", early_stop="none", exploration="fixed", cost_model="xgb")
 
@@ -83,6 +86,8 @@ CONFIGS: dict[str, tuple[dict[str, Any], MeasureSettings]] = {
     "early-stop": ({**OFF, "early_stop": "adaptive"}, STOCK_MEASURE),
     "rf-ei": ({**OFF, "cost_model": "rf", "exploration": "contextual"}, STOCK_MEASURE),
     "all": ({"sampler": "kmeans", "early_stop": "adaptive", "exploration": "contextual", "cost_model": "rf"}, ADAPTIVE_MEASURE),
+    "adaptive-cv3": (OFF, ADAPTIVE_TIGHT),
+    "all-cv3": ({"sampler": "kmeans", "early_stop": "adaptive", "exploration": "contextual", "cost_model": "rf"}, ADAPTIVE_TIGHT),
 }
 
 
@@ -172,6 +177,8 @@ def main() -> int:
     parser.add_argument("--raw", type=Path, help="also write every row as JSON here")
     parser.add_argument("--from-raw", type=Path, help="report the rows of an earlier --raw file instead of running")
     parser.add_argument("--write-results", action="store_true")
+    parser.add_argument("--section", default=MARK, help="RESULTS.md section to (re)write")
+    parser.add_argument("--title", default="Measurement reduction (issue 3)", help="heading of that section")
     args = parser.parse_args()
     if args.from_raw:
         rows = json.loads(args.from_raw.read_text())
@@ -201,7 +208,7 @@ def _report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float
     text = report_text(rows, args, seconds)
     print(text)
     if args.write_results:
-        write_section(f"## Measurement reduction (issue 3)\n\n{text}", MARK)
+        write_section(f"## {args.title}\n\n{text}", args.section)
     return 0
 
 
@@ -228,7 +235,7 @@ def report_text(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: f
 
     lines = [
         f"Reproduce: `python benchmarks/measurement_reduction.py --seeds {' '.join(map(str, seeds))} "
-        f"--budget {args.budget} --write-results` ({platform.machine()}, {len(tasks)} tasks x {len(seeds)} seeds, "
+        f"--budget {args.budget} --configs {' '.join(configs)} --write-results` ({platform.machine()}, {len(tasks)} tasks x {len(seeds)} seeds, "
         f"batch {BATCH}, {seconds / 60:.0f} min in one run). Values: median over seeds [min-max]; "
         "ratios are per seed against stock, then the median.",
         "",

@@ -105,6 +105,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_provision_parsers(sub)
 
+    from .deploy.cli import add_deploy_parser
+
+    add_deploy_parser(sub)
+
     db = sub.add_parser("db", help="inspect, maintain and move the tuning history database")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True

@@ -63,6 +63,22 @@ class ProvisionError(BoardError):
     """A board was reached but cannot be brought up (wrong arch, no python3, no wheel...)."""
 
 
+class DeployError(BoardError):
+    """A deployment cannot be uploaded, switched or rolled back on a board."""
+
+
+class DeployInputError(EdgetuneError, ValueError):
+    """``edgetune deploy`` was given arguments or a run directory it cannot use."""
+
+    exit_code = 2
+
+
+class VerificationError(DeployError):
+    """A deployed model runs on the board but its outputs differ from the host reference."""
+
+    exit_code = 5
+
+
 class InventoryError(EdgetuneError, ValueError):
     """The board inventory file is missing, malformed or has no such board."""
 

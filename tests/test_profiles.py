@@ -146,7 +146,7 @@ def test_defaults_applied(tmp_path: Path) -> None:
     )
     t = profile.tuning
     assert (t.trials, t.num_trials_per_iter, t.max_trials_per_task) == (256, 16, 0)
-    assert (t.cost_model, t.search_strategy, t.task_scheduler, t.seed) == ("xgb", "evolutionary", "gradient", 0)
+    assert (t.cost_model, t.search_strategy, t.task_scheduler, t.seed) == ("rf", "evolutionary", "gradient", 0)
     # derived from the target: arch from mtriple, threads from num-cores
     assert profile.device.arch == "aarch64"
     assert profile.device.num_threads == 4

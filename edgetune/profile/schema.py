@@ -90,7 +90,7 @@ class MeasureSettings:
     evaluator: str = "adaptive"
     micro_batch: int = 50
     max_runs: int = 500
-    cv_threshold: float = 0.10
+    cv_threshold: float = 0.03
     min_runs: int = 0
     micro_batch_ms: float = 25.0
 
@@ -102,7 +102,7 @@ class TuningSettings:
     trials: int = 256
     num_trials_per_iter: int = 16
     max_trials_per_task: int = 0
-    cost_model: str = "xgb"
+    cost_model: str = "rf"
     search_strategy: str = "evolutionary"
     population_size: int = 0
     task_scheduler: str = "gradient"
@@ -265,7 +265,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "evaluator": _string(EVALUATORS, default="adaptive"),
         "micro_batch": _integer(1, default=50),
         "max_runs": _integer(1, default=500),
-        "cv_threshold": _number(above=0, default=0.10),
+        "cv_threshold": _number(above=0, default=0.03),
         "min_runs": _integer(0, default=0),
         "micro_batch_ms": _number(at_least=0, default=25.0),
     },
@@ -273,7 +273,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "trials": _integer(1, default=256),
         "num_trials_per_iter": _integer(1, default=16),
         "max_trials_per_task": _integer(0, default=0),
-        "cost_model": _string(COST_MODELS, default="xgb"),
+        "cost_model": _string(COST_MODELS, default="rf"),
         "search_strategy": _string(SEARCH_STRATEGIES, default="evolutionary"),
         "population_size": _integer(0, default=0),
         "task_scheduler": _string(TASK_SCHEDULERS, default="gradient"),

@@ -49,7 +49,7 @@ class TaskSearchReport:
     """What the strategy did for one task."""
 
     task: str
-    budget: int = 0
+    share: int = 0  # the task's expected share of the run's budget
     proposed: int = 0
     measured: int = 0
     random_candidates: int = 0
@@ -64,13 +64,13 @@ class TaskSearchReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "task": self.task,
-            "budget": self.budget,
+            "share": self.share,
             "proposed": self.proposed,
             "measured": self.measured,
             "removed_by_sampling": round(self.removed_fraction, 4),
             "stopped_early": self.stopped_early,
             "early_stop_limit": self.early_stop_limit,
-            "budget_left_by_early_stop": max(0, self.budget - self.proposed) if self.stopped_early else 0,
+            "share_left_by_early_stop": max(0, self.share - self.proposed) if self.stopped_early else 0,
             "random_candidates": self.random_candidates,
             "mean_exploration": round(float(np.mean(self.exploration)), 4) if self.exploration else None,
         }
@@ -199,7 +199,7 @@ class AdaptiveSearch(PySearchStrategy):
         expected = self.params["expected_trials_per_task"] or int(max_trials)
         self.stopper.start(int(max_trials), self.plan, expected=expected)
         self._task = self.report.task(str(self.context.task_name))
-        self._task.budget = int(max_trials)
+        self._task.share = expected
 
     def post_tuning(self) -> None:
         self.inner.post_tuning()

@@ -1,0 +1,113 @@
+"""``edgetune deploy``: ship a tuned model to a provisioned board, verify it, switch to it."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import DeployInputError
+
+DEPLOY_EPILOG = """\
+examples:
+  edgetune deploy --board rk3399 edgetune-out/tiny-cnn-rk3399
+      upload the tune run's model.so, check sha256 on the board, run it through
+      RPC against the host reference, benchmark it with run.py, then switch `current`
+  edgetune deploy --board rk3399 --model net.onnx --db history.db
+      compile with the history's best schedules for the board's profile, then the same
+  edgetune deploy --board rk3399 --rollback tiny-cnn
+      point `current` back at the previous version
+
+On the board: ~/.edgetune/deployments/<model>/{<version>/,current,previous};
+each version holds model.so, run.py and manifest.json. Run it without the host:
+  ~/.edgetune/venv/bin/python ~/.edgetune/deployments/tiny-cnn/current/run.py --input x.npy --output y.npy
+"""
+
+
+def add_deploy_parser(sub: Any) -> None:
+    """Register ``deploy`` on the top-level subparsers."""
+    deploy = sub.add_parser(
+        "deploy",
+        help="ship a tuned model to a board, verify it there and switch to it atomically",
+        description="Upload a tuned artifact into a versioned directory on a provisioned board, check its sha256 "
+        "there, verify its outputs through RPC against a host reference, benchmark it on the board "
+        "(mean, p50, p90, CV, peak RSS), write manifest.json, then switch the `current` link atomically.",
+        epilog=DEPLOY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    deploy.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="output directory of `edgetune tune` (model.so, summary.json)")
+    deploy.add_argument("--board", required=True, metavar="NAME", help="a provisioned board of the inventory")
+    deploy.add_argument("--inventory", "-i", metavar="FILE", help="board inventory TOML (default: $EDGETUNE_INVENTORY)")
+    deploy.add_argument("--model", metavar="M", help="instead of RUN_DIR: an ONNX file or demo:NAME to compile")
+    deploy.add_argument("--profile", metavar="P", help="with --model: must match the board's profile (default: it)")
+    deploy.add_argument("--db", metavar="URL", help="with --model: history database whose best schedules are used")
+    deploy.add_argument("--rollback", metavar="MODEL", help="switch MODEL's `current` back to its previous version")
+    deploy.add_argument("--no-verify", action="store_true", help="skip the RPC check and the benchmark (upload + sha256 only)")
+    deploy.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance against the host reference (default 1e-3)")
+    deploy.add_argument("--atol", type=float, default=1e-4,
+                        help="absolute tolerance, scaled by the reference's largest magnitude when above 1 (default 1e-4)")
+    deploy.add_argument("--warmup", type=int, default=3, help="untimed runs before the benchmark (default 3)")
+    deploy.add_argument("--repeat", type=int, default=20, help="timed runs of the benchmark (default 20)")
+    deploy.add_argument("--out", metavar="DIR", help="where the local manifest copy goes (default: RUN_DIR/deployments)")
+    deploy.add_argument("--accept-new-host-key", action="store_true", help="record an unknown board's host key")
+    deploy.set_defaults(func=run_deploy)
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    from ..provision.inventory import load_inventory
+    from .workflow import Tolerance, deploy, source_from_model, source_from_run_dir
+
+    inventory = load_inventory(args.inventory)
+    entry = inventory.get(args.board)
+    if args.rollback:
+        return _rollback(entry, args)
+    if bool(args.run_dir) == bool(args.model):
+        raise DeployInputError(
+            "deploy must be given RUN_DIR or --model M, got "
+            + ("both" if args.run_dir else "neither")
+            + " instead; e.g. edgetune deploy --board NAME edgetune-out/RUN"
+        )
+    if args.repeat < 1 or args.warmup < 0:
+        raise DeployInputError(f"--repeat must be >= 1 and --warmup >= 0, got {args.repeat} and {args.warmup} instead")
+    if args.rtol < 0 or args.atol < 0:
+        raise DeployInputError(f"--rtol and --atol must be >= 0, got {args.rtol:g} and {args.atol:g} instead")
+    if args.model and args.profile:
+        from ..profile import load_profile
+
+        wanted, board = load_profile(args.profile).name, load_profile(entry.profile).name
+        if wanted != board:  # refuse before spending minutes compiling for the wrong device
+            raise DeployInputError(
+                f"the artifact must be built for board {entry.name}'s profile {board}, got one built for {wanted} "
+                f"instead; drop --profile or pass --profile {board}"
+            )
+    if not args.model and (args.profile or args.db):
+        raise DeployInputError("--profile and --db must come with --model, got them with RUN_DIR instead; "
+                          "a tune run already fixes both")
+    with tempfile.TemporaryDirectory(prefix="edgetune-deploy-") as tmp:
+        if args.run_dir:
+            run_dir = Path(args.run_dir)
+            source = source_from_run_dir(run_dir)
+            local_dir = Path(args.out) if args.out else run_dir / "deployments"
+        else:
+            source = source_from_model(args.model, args.profile or entry.profile, args.db, Path(tmp))
+            local_dir = Path(args.out) if args.out else Path("edgetune-out") / "deployments"
+        result = deploy(
+            entry, inventory, source, local_dir, verify=not args.no_verify,
+            tolerance=Tolerance(args.rtol, args.atol), warmup=args.warmup, repeat=args.repeat,
+            accept_new_host_key=args.accept_new_host_key, log=lambda m: print(m, flush=True),
+        )
+    d = result.deployment
+    print(f"deployed {d.model} {d.version} to {d.board}:{d.directory} "
+          f"({'verified' if result.verified else 'NOT verified: --no-verify'}); manifest: {result.local_manifest}")
+    return 0
+
+
+def _rollback(entry: Any, args: argparse.Namespace) -> int:
+    from ..provision.ssh import BoardConnection
+    from .ship import deployments_root, rollback, safe_model_name
+
+    with BoardConnection(entry, accept_new_host_key=args.accept_new_host_key) as connection:
+        done = rollback(connection, deployments_root(connection, entry), safe_model_name(args.rollback))
+    print(f"rolled back {done.model} on {done.board}: current -> {done.version} (previous: {done.previous})")
+    return 0

@@ -1,0 +1,301 @@
+"""``edgetune deploy``: upload a tuned artifact, prove it runs on the board, then switch to it.
+
+Order matters: the new version is uploaded and its sha256 checked, then run
+through RPC against a host reference and benchmarked by the shipped ``run.py``,
+and only when all of that passed does ``current`` move. A model that fails
+verification is left in its version directory for inspection, never made current.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import posixpath
+import shlex
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DeployError, DeployInputError, VerificationError
+from ..provision.inventory import BoardEntry, Inventory
+from ..provision.ssh import BoardConnection
+from .runner_template import RUN_PY
+from .ship import ARTIFACT, Deployment, activate, deployments_root, new_version, safe_model_name, sha256_file, upload
+
+SUMMARY = "summary.json"
+MANIFEST = "manifest.json"
+RUNNER = "run.py"
+#: inputs are fixed (seed 0, as `edgetune tune` evaluates), so every deploy is compared on the same data
+INPUT_SEED = 0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close the board's outputs must be to the host reference (see ``compare_outputs``)."""
+
+    rtol: float = 1e-3
+    atol: float = 1e-4
+
+
+@dataclass
+class DeploySource:
+    """What to deploy: the artifact and what is known about how it was made."""
+
+    artifact: Path
+    model_source: str
+    model_name: str
+    model_sha256: str
+    profile: str
+    target: Any = None
+    tvm_version: str = ""
+    history: str | None = None
+    history_digest: str | None = None
+    tuned_latency: dict | None = None
+    untuned_latency: dict | None = None
+
+
+@dataclass
+class DeployResult:
+    """One finished deployment: where it is, how it was checked, how fast it ran."""
+
+    deployment: Deployment
+    manifest: dict[str, Any]
+    local_manifest: Path
+    verified: bool
+    benchmark: dict[str, Any] | None = field(default=None)
+
+
+def source_from_run_dir(run_dir: Path) -> DeploySource:
+    """The tuned artifact and summary written by ``edgetune tune --out RUN_DIR``."""
+    summary_path, artifact = run_dir / SUMMARY, run_dir / ARTIFACT
+    if not summary_path.is_file() or not artifact.is_file():
+        missing = summary_path if not summary_path.is_file() else artifact
+        raise DeployInputError(
+            f"RUN_DIR must be the output of `edgetune tune` (with {SUMMARY} and {ARTIFACT}), got no {missing} instead; "
+            "create it with: edgetune tune --model M --profile P --out RUN_DIR"
+        )
+    try:
+        summary = json.loads(summary_path.read_text())
+        model = summary["model"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise DeployInputError(f"{summary_path} must be a tune summary, got unreadable JSON instead ({error})") from None
+    end = summary.get("end_to_end") or {}
+    history = summary.get("history")
+    return DeploySource(
+        artifact=artifact,
+        model_source=model["source"],
+        model_name=model["name"],
+        model_sha256=model["sha256"],
+        profile=summary.get("profile", ""),
+        target=summary.get("target"),
+        tvm_version=summary.get("tvm_version", ""),
+        history=history,
+        history_digest=history_digest(history),
+        tuned_latency=end.get("tuned_latency"),
+        untuned_latency=end.get("untuned_latency"),
+    )
+
+
+def source_from_model(model_spec: str, profile_name: str, db: str | None, out_dir: Path) -> DeploySource:
+    """Compile ``model_spec`` for the profile (with the history's best schedules when ``db`` is given)."""
+    import tvm
+
+    from ..profile import load_profile
+    from ..tasks import load_model
+    from .compile import compile_model, export_model
+
+    profile = load_profile(profile_name)
+    model = load_model(model_spec)
+    target = profile.tvm_target()
+    history = None
+    if db:
+        from ..history import open_history
+
+        history = open_history(db, read_only=True)
+    artifact = export_model(compile_model(model.mod, target, history), out_dir / ARTIFACT, profile)
+    return DeploySource(
+        artifact=artifact, model_source=model.source, model_name=model.name, model_sha256=model.sha256,
+        profile=profile.name, target=target.export() if hasattr(target, "export") else str(target),
+        tvm_version=tvm.__version__, history=history.url if history is not None else None,
+        history_digest=history_digest(db),
+    )
+
+
+def history_digest(url: str | None) -> str | None:
+    """sha256 of a local SQLite history (the records the artifact was compiled from), else None."""
+    if not url:
+        return None
+    path = Path(url[len("sqlite:///"):] if url.startswith("sqlite:///") else url)
+    if "://" in url and not url.startswith("sqlite:///"):
+        return None
+    return sha256_file(path) if path.is_file() else None
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def deploy(
+    entry: BoardEntry,
+    inventory: Inventory,
+    source: DeploySource,
+    local_dir: Path,
+    *,
+    verify: bool = True,
+    tolerance: Tolerance = Tolerance(),
+    warmup: int = 3,
+    repeat: int = 20,
+    accept_new_host_key: bool = False,
+    log: Callable[[str], None] = lambda _m: None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DeployResult:
+    """Upload, verify, benchmark, write the manifest, then make the new version current."""
+    from ..profile import load_profile
+    from ..provision.runtime import venv_python
+
+    profile = load_profile(entry.profile)
+    if source.profile and source.profile != profile.name:
+        raise DeployInputError(
+            f"the artifact must be built for board {entry.name}'s profile {profile.name}, got one built for "
+            f"{source.profile} instead; tune for it with: edgetune tune --board {entry.name} --model {source.model_source}"
+        )
+    artifact_sha = sha256_file(source.artifact)
+    model_dirname = safe_model_name(source.model_name)
+    version = new_version(artifact_sha)
+
+    model = inputs = reference = None
+    if verify:
+        from ..tasks import load_model
+
+        model = load_model(source.model_source)
+        if model.sha256 != source.model_sha256:
+            raise DeployError(
+                f"model {source.model_source} must have sha256 {source.model_sha256[:16]}... as when it was tuned, "
+                f"got {model.sha256[:16]}... instead; re-tune or deploy the matching model file"
+            )
+        feeds = model.random_inputs(seed=INPUT_SEED)
+        inputs = [feeds[spec.name] for spec in model.inputs]
+        reference = model.reference_outputs(feeds)
+
+    files: dict[str, Path | bytes] = {ARTIFACT: source.artifact, RUNNER: RUN_PY.encode()}
+    if inputs is not None:
+        files.update({f"input_{i}.npy": _npy(x) for i, x in enumerate(inputs)})
+
+    with BoardConnection(entry, accept_new_host_key=accept_new_host_key, log=log) as connection:
+        root = deployments_root(connection, entry)
+        model_dir = posixpath.join(root, model_dirname)
+        log(f"uploading {source.artifact.name} ({source.artifact.stat().st_size} bytes) to {entry.name}:{model_dir}/{version}")
+        directory = upload(connection, model_dir, version, files, progress)
+        log(f"sha256 verified on the board: {artifact_sha[:16]}...")
+
+        verification: dict[str, Any] | None = None
+        benchmark: dict[str, Any] | None = None
+        if verify:
+            verification = _verify_rpc(entry, inventory, profile, source.artifact, inputs, reference, tolerance, log)
+            benchmark = _bench_on_board(connection, directory, venv_python(_base(root)), len(inputs), reference,
+                                        tolerance, warmup, repeat, log)
+
+        manifest = {
+            "model": {"name": source.model_name, "source": source.model_source, "sha256": source.model_sha256},
+            "artifact": {"file": ARTIFACT, "sha256": artifact_sha, "bytes": source.artifact.stat().st_size},
+            "version": version,
+            "board": entry.name,
+            "profile": profile.name,
+            "target": source.target,
+            "tvm_version": source.tvm_version,
+            "history": source.history,
+            "history_digest": source.history_digest,
+            "tuned_latency_at_tune_time": source.tuned_latency,
+            "untuned_latency_at_tune_time": source.untuned_latency,
+            "verification": verification,
+            "benchmark": benchmark,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        text = json.dumps(manifest, indent=2, default=str) + "\n"
+        _write_remote_atomic(connection, posixpath.join(directory, MANIFEST), text.encode())
+        local = local_dir / entry.name / version / MANIFEST
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(text)
+        previous = activate(connection, model_dir, version)
+        log(f"current -> {version}" + (f" (previous: {previous})" if previous else ""))
+    return DeployResult(Deployment(entry.name, model_dirname, version, directory, previous), manifest, local,
+                        verification is not None, benchmark)
+
+
+def _base(root: str) -> str:
+    return posixpath.dirname(root)
+
+
+def _write_remote_atomic(connection: BoardConnection, path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    connection.sftp().putfo(io.BytesIO(data), tmp, file_size=len(data), confirm=True)
+    connection.run(f"mv -T {shlex.quote(tmp)} {shlex.quote(path)}", timeout_sec=60, check=True)
+
+
+def _verify_rpc(entry: BoardEntry, inventory: Inventory, profile: Any, artifact: Path, inputs: Any, reference: Any,
+                tolerance: Tolerance, log: Callable[[str], None]) -> dict[str, Any]:
+    """Load the same bytes through the board's RPC server and compare outputs with the host."""
+    from ..board.tracker import TrackerAddress
+    from .compile import compare_outputs, run_on_board
+
+    host = "127.0.0.1" if inventory.tracker.host in ("0.0.0.0", "") else inventory.tracker.host
+    address = TrackerAddress(host, inventory.tracker.port, entry.rpc_key(profile))
+    run = run_on_board(address, profile.rpc.device, artifact, inputs, number=1, repeat=1,
+                       session_timeout_sec=profile.rpc.session_timeout_sec)
+    ok, worst = compare_outputs(reference, run.outputs, rtol=tolerance.rtol, atol=tolerance.atol)
+    if not ok:
+        raise VerificationError(
+            f"board {entry.name}: outputs through RPC must match the host reference within rtol {tolerance.rtol:g} "
+            f"atol {tolerance.atol:g}, got max abs diff {worst:.3g} instead; `current` was not changed"
+        )
+    log(f"RPC verification ok on {entry.name}: max abs diff {worst:.3g} (rtol {tolerance.rtol:g}, atol {tolerance.atol:g})")
+    return {"rpc_max_abs_diff": worst, "rtol": tolerance.rtol, "atol": tolerance.atol, "input_seed": INPUT_SEED}
+
+
+def _bench_on_board(connection: BoardConnection, directory: str, python: str, n_inputs: int, reference: Any,
+                    tolerance: Tolerance, warmup: int, repeat: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Run the shipped ``run.py`` on the board: its output is checked too, then its latency and peak RSS."""
+    from .compile import compare_outputs
+
+    q = shlex.quote
+    out_name = "output.npz"
+    args = " ".join(f"--input input_{i}.npy" for i in range(n_inputs))
+    command = (f"cd {q(directory)} && {q(python)} {RUNNER} {args} --output {out_name} --bench "
+               f"--warmup {warmup} --repeat {repeat}")
+    result = connection.run(command, timeout_sec=1800)
+    if not result.ok:
+        detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        raise DeployError(
+            f"board {connection.entry.name}: run.py must run with the board's TVM runtime, got status {result.status} "
+            f"instead ({detail[-1] if detail else 'no output'}); repair the runtime with: edgetune provision {connection.entry.name}"
+        )
+    try:
+        bench = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DeployError(f"board {connection.entry.name}: run.py must print JSON, got {result.stdout[-200:]!r} instead") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, out_name)
+        connection.sftp().get(posixpath.join(directory, out_name), local)
+        with np.load(local) as data:
+            outputs = [data[f"output_{i}"] for i in range(len(data.files))]
+    connection.run(f"rm -f {q(posixpath.join(directory, out_name))}", timeout_sec=30)
+    ok, worst = compare_outputs(reference, outputs, rtol=tolerance.rtol, atol=tolerance.atol)
+    if not ok:
+        raise VerificationError(
+            f"board {connection.entry.name}: run.py outputs must match the host reference within rtol {tolerance.rtol:g} "
+            f"atol {tolerance.atol:g}, got max abs diff {worst:.3g} instead; `current` was not changed"
+        )
+    bench["run_py_max_abs_diff"] = worst
+    log(f"benchmark on the board: mean {bench['mean_ms']:.3f} ms, p50 {bench['p50_ms']:.3f} ms, "
+        f"p90 {bench['p90_ms']:.3f} ms, CV {bench['cv']:.3f}, peak RSS {bench['peak_rss_kib'] / 1024:.1f} MiB")
+    return bench
+
+
+__all__ = ["DeploySource", "DeployResult", "Tolerance", "deploy", "source_from_run_dir", "source_from_model"]

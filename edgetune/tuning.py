@@ -315,13 +315,19 @@ def _check_measure_settings(profile: DeviceProfile) -> None:
     from .errors import ProfileError
     from .measure.adaptive import AdaptiveEvaluator
 
+    from .search.early_stop import make_early_stop
+    from .search.factory import early_stop_params
+
     m = profile.measure
-    if m.evaluator != "adaptive":
-        return
+    if m.evaluator == "adaptive":
+        try:
+            AdaptiveEvaluator(m.micro_batch, m.max_runs, m.cv_threshold, m.min_runs, m.micro_batch_ms)
+        except ValueError as error:
+            raise ProfileError(f"{profile.origin}: [measure] {error}") from None
     try:
-        AdaptiveEvaluator(m.micro_batch, m.max_runs, m.cv_threshold, m.min_runs, m.micro_batch_ms)
+        make_early_stop(profile.tuning.early_stop, **early_stop_params(profile.tuning))
     except ValueError as error:
-        raise ProfileError(f"{profile.origin}: [measure] {error}") from None
+        raise ProfileError(f"{profile.origin}: [tuning] early stop: {error}") from None
 
 
 def check_runnable_on_host(profile: DeviceProfile) -> None:

@@ -243,7 +243,7 @@ def test_aggregate_features_is_fixed_length():
     assert aggregate_features(np.zeros((0, 2))).shape == (5,)
 
 
-def test_inconsistent_measure_settings_fail_as_one_profile_line(tmp_path):
+def test_inconsistent_settings_fail_as_one_profile_line(tmp_path):
     from conftest import run_cli
 
     profile = tmp_path / "noisy.toml"
@@ -252,4 +252,11 @@ def test_inconsistent_measure_settings_fail_as_one_profile_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"edgetune: error: {profile}: [measure] max_runs must be >= 2 x micro_batch (100), got 60 instead"
+    )
+    flops = tmp_path / "flops.toml"
+    flops.write_text('name = "flops"\n[target]\nkind = "llvm"\n[tuning]\nearly_stop_flops_ratio = 1.5\n')
+    result = run_cli("tune", "--profile", str(flops), "--model", "demo:tiny-cnn", "--out", str(tmp_path / "out2"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"edgetune: error: {flops}: [tuning] early stop: flops_ratio must be within [0, 1), got 1.5 instead"
     )

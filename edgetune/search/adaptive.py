@@ -31,6 +31,7 @@ shared by the clones MetaSchedule makes per task.
 from __future__ import annotations
 
 import threading
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,7 +189,8 @@ class AdaptiveSearch(PySearchStrategy):
         )
         self.inner._initialize_with_tune_context(context)  # pylint: disable=protected-access
         name = str(context.task_name) if context.task_name else "task"
-        self.rng = np.random.default_rng([self.params["seed"], abs(hash(name)) % (1 << 31)])
+        # str hashes change between processes; crc32 keeps a seed's random candidates reproducible
+        self.rng = np.random.default_rng([self.params["seed"], zlib.crc32(name.encode())])
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any, database: Any = None, cost_model: Any = None) -> None:
         self.plan = int(num_trials_per_iter)

@@ -310,7 +310,7 @@ def _task_flops(mod: Any) -> float:
         return 0.0
 
 
-def _check_measure_settings(profile: DeviceProfile) -> None:
+def _check_combined_settings(profile: DeviceProfile) -> None:
     """Settings that are valid one by one but not together fail here, as profile errors."""
     from .errors import ProfileError
     from .measure.adaptive import AdaptiveEvaluator
@@ -353,7 +353,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
 
     # profile and model first: bad input fails before anything is started
     profile.check_buildable()
-    _check_measure_settings(profile)
+    _check_combined_settings(profile)
     target = profile.tvm_target()
     model = load_model(options.model)
     out_dir = Path(options.out_dir)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DeployInputError
+from ..provision.cli import add_inventory_argument
 
 DEPLOY_EPILOG = """\
 examples:
@@ -38,7 +39,7 @@ def add_deploy_parser(sub: Any) -> None:
     )
     deploy.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="output directory of `edgetune tune` (model.so, summary.json)")
     deploy.add_argument("--board", required=True, metavar="NAME", help="a provisioned board of the inventory")
-    deploy.add_argument("--inventory", "-i", metavar="FILE", help="board inventory TOML (default: $EDGETUNE_INVENTORY)")
+    add_inventory_argument(deploy)
     deploy.add_argument("--model", metavar="M", help="instead of RUN_DIR: an ONNX file or demo:NAME to compile")
     deploy.add_argument("--profile", metavar="P", help="with --model: must match the board's profile (default: it)")
     deploy.add_argument("--db", metavar="URL", help="with --model: history database whose best schedules are used")

@@ -36,7 +36,6 @@ import numpy as np
 DEFAULT_MICRO_BATCH = 50
 DEFAULT_MAX_RUNS = 500
 DEFAULT_CV_THRESHOLD = 0.10  # the paper's; profiles default to 0.03 (see device_profiles/README.md)
-DEFAULT_MICRO_BATCH_MS = 25.0
 #: runs of the probe call that sizes time-bounded micro-batches
 PROBE_RUNS = 3
 

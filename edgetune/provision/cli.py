@@ -29,7 +29,7 @@ examples:
 """
 
 
-def _inventory_arg(parser: argparse.ArgumentParser) -> None:
+def add_inventory_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inventory", "-i", metavar="FILE",
                         help="board inventory TOML (default: $EDGETUNE_INVENTORY); see rpc_setup/boards.example.toml")
 
@@ -47,7 +47,7 @@ def add_provision_parsers(sub: Any) -> None:
     )
     provision.add_argument("boards", nargs="*", metavar="BOARD", help="board names from the inventory")
     provision.add_argument("--all", action="store_true", help="every board of the inventory, in parallel")
-    _inventory_arg(provision)
+    add_inventory_argument(provision)
     provision.add_argument("--accept-new-host-key", action="store_true",
                            help="add an unknown board's host key to known_hosts (its fingerprint is printed); "
                            "a changed key is still refused")
@@ -60,13 +60,13 @@ def add_provision_parsers(sub: Any) -> None:
     boards_sub.required = True
     status = boards_sub.add_parser("status", help="reachable? server alive? registered? TVM version? (exit 3 if not all healthy)")
     status.add_argument("boards", nargs="*", metavar="BOARD", help="default: every board")
-    _inventory_arg(status)
+    add_inventory_argument(status)
     status.set_defaults(func=run_status)
     teardown = boards_sub.add_parser("teardown", help="stop a board's RPC server and tunnel")
     teardown.add_argument("boards", nargs="*", metavar="BOARD")
     teardown.add_argument("--all", action="store_true", help="every board of the inventory")
     teardown.add_argument("--tracker", action="store_true", help="also stop the host tracker")
-    _inventory_arg(teardown)
+    add_inventory_argument(teardown)
     teardown.set_defaults(func=run_teardown)
 
 

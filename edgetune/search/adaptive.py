@@ -42,7 +42,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchSt
 
 from .early_stop import EarlyStop, make_early_stop
 from .sampling import KMeansSampler
-from .surrogate import aggregate_features, mean_std_or_none
+from .surrogate import CandidateFeatures, mean_std_or_none
 
 
 @dataclass
@@ -176,7 +176,7 @@ class AdaptiveSearch(PySearchStrategy):
         self.sampler = KMeansSampler(kmeans_distance_ratio, seed=seed) if sampler == "kmeans" else None
         self.stopper: EarlyStop = make_early_stop(early_stop, **self.params["early_stop_params"])
         self.rng = np.random.default_rng(seed)
-        self._extractor: Any = None
+        self._features = CandidateFeatures()
         self._task: TaskSearchReport | None = None
 
     # -- MetaSchedule hooks -------------------------------------------------------
@@ -222,18 +222,15 @@ class AdaptiveSearch(PySearchStrategy):
             batch = self._explore(batch)
         task.proposed += len(batch)
         if self.sampler is not None and len(batch) > 1:
-            keep = self.sampler.select(self._features(batch))
+            keep = self.sampler.select(self._features(self.context, batch))
             batch = [batch[i] for i in keep]
         task.measured += len(batch)
         return batch
 
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
-        throughputs = [
-            1.0 / float(np.mean([float(s) for s in r.run_secs]))
-            for r in results
-            if r.error_msg is None and r.run_secs and 0 < float(np.mean([float(s) for s in r.run_secs])) < 1e9
-        ]
+        means = [float(np.mean([float(s) for s in r.run_secs])) for r in results if r.error_msg is None and r.run_secs]
+        throughputs = [1.0 / m for m in means if 0 < m < 1e9]
         self.stopper.update(len(results), max(throughputs) if throughputs else None)
         self._task.early_stop_limit = self.stopper.limit
 
@@ -241,13 +238,6 @@ class AdaptiveSearch(PySearchStrategy):
         return AdaptiveSearch(**self.params, report=self.report)
 
     # -- components ----------------------------------------------------------------
-    def _features(self, candidates: list[Any]) -> np.ndarray:
-        if self._extractor is None:
-            self._extractor = ms.feature_extractor.PerStoreFeature()
-        rows = [aggregate_features(x.numpy()) for x in self._extractor.extract_from(self.context, candidates)]
-        width = max(len(r) for r in rows)
-        return np.array([np.pad(r, (0, width - len(r))) for r in rows])
-
     def _explore(self, batch: list[Any]) -> list[Any]:
         """Replace the worst-ranked share ``eps_t`` of the batch with random candidates."""
         randoms = self.random_candidates(max(16, self.plan))
@@ -256,7 +246,8 @@ class AdaptiveSearch(PySearchStrategy):
         _, sigma = mean_std_or_none(self.params["surrogate"], self.context, randoms)
         if sigma is None:
             return batch  # cost model still warming up: its ranking is random anyway
-        eps = float(min(self.params["max_exploration"], max(0.0, float(np.mean(sigma)) / 1.0)))  # Perf(p*) = 1
+        # eps_t = mean sigma / Perf(p*); targets are normalised so that Perf(p*) = 1
+        eps = min(self.params["max_exploration"], max(0.0, float(np.mean(sigma))))
         self._task.exploration.append(eps)
         n_random = min(len(randoms), int(round(eps * len(batch))))
         self._task.random_candidates += n_random

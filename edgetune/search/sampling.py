@@ -57,7 +57,7 @@ class KMeansSampler:
 
     def choose_k(self, features: np.ndarray) -> tuple[int, np.ndarray]:
         """K by the threshold rule, and the cluster labels of each row for that K."""
-        x = _standardise(features)
+        x = _varying_columns(features)
         n = len(x)
         if n <= self.min_keep:
             return n, np.arange(n)
@@ -78,7 +78,7 @@ class KMeansSampler:
         if features.ndim != 2:
             raise ValueError(f"features must be a 2-D array (candidates x features), got shape {features.shape} instead")
         k, labels = self.choose_k(features)
-        x = _standardise(features)
+        x = _varying_columns(features)
         keep = []
         for cluster in range(k):
             members = np.flatnonzero(labels == cluster)
@@ -99,7 +99,7 @@ class KMeansSampler:
         return 1.0 - kept / proposed if proposed else 0.0
 
 
-def _standardise(features: np.ndarray) -> np.ndarray:
+def _varying_columns(features: np.ndarray) -> np.ndarray:
     """Constant columns dropped (they carry no distance); the rest kept on their own scale.
 
     No per-column rescaling: scaling a column that only holds noise up to unit

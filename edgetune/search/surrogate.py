@@ -52,6 +52,27 @@ def aggregate_features(per_store: np.ndarray) -> np.ndarray:
     return np.concatenate([per_store.sum(axis=0), per_store.max(axis=0), [per_store.shape[0]]])
 
 
+def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
+    """Rows of different lengths as one matrix, zero-padded to the longest."""
+    width = max((len(r) for r in rows), default=0)
+    return np.array([np.pad(r, (0, width - len(r))) for r in rows], dtype=float)
+
+
+class CandidateFeatures:
+    """One fixed-length feature row per candidate (MetaSchedule's per-store
+    features, aggregated); the extractor is created on first use."""
+
+    def __init__(self) -> None:
+        self._extractor: Any = None
+
+    def __call__(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        if self._extractor is None:
+            from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+            self._extractor = PerStoreFeature()
+        return stack_rows([aggregate_features(x.numpy()) for x in self._extractor.extract_from(context, candidates)])
+
+
 @dataclass
 class _Group:
     """Measured candidates of one task."""
@@ -106,17 +127,7 @@ class RandomForestModel(PyCostModel):
         self.groups_: dict[str, _Group] = {}
         self.forest_: Any = None
         self.rng_ = np.random.default_rng(seed)
-        self._extractor: Any = None
-
-    # -- features -----------------------------------------------------------------
-    def _features(self, context: Any, candidates: list[Any]) -> np.ndarray:
-        if self._extractor is None:
-            from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-            self._extractor = PerStoreFeature()
-        rows = [aggregate_features(x.numpy()) for x in self._extractor.extract_from(context, candidates)]
-        width = max((len(r) for r in rows), default=0)
-        return np.array([np.pad(r, (0, width - len(r))) for r in rows], dtype=float)
+        self._features = CandidateFeatures()
 
     @staticmethod
     def _group_key(context: Any) -> str:
@@ -177,8 +188,7 @@ class RandomForestModel(PyCostModel):
             return
         from sklearn.ensemble import RandomForestRegressor
 
-        width = max(len(f) for g in self.groups_.values() for f in g.features)
-        x = np.array([np.pad(f, (0, width - len(f))) for g in self.groups_.values() for f in g.features])
+        x = stack_rows([f for g in self.groups_.values() for f in g.features])
         y = np.concatenate([g.targets for g in self.groups_.values()])
         forest = RandomForestRegressor(
             n_estimators=self.n_estimators,
@@ -201,4 +211,4 @@ def mean_std_or_none(model: Any, context: Any, candidates: list[Any]) -> tuple[A
         return None, None
 
 
-__all__ = ["RandomForestModel", "aggregate_features", "expected_improvement", "mean_std_or_none"]
+__all__ = ["CandidateFeatures", "RandomForestModel", "aggregate_features", "expected_improvement", "mean_std_or_none", "stack_rows"]

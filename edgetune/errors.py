@@ -92,6 +92,14 @@ class HistoryError(EdgetuneError, RuntimeError):
 
 
 class TuningInterrupted(EdgetuneError, KeyboardInterrupt):
-    """Tuning was stopped by the user; finished measurements are kept."""
+    """Tuning was stopped by the user; finished measurements are kept.
+
+    Exits 130 after Ctrl-C and 128 + N after signal N (143 for ``kill``), as a shell would.
+    """
 
     exit_code = 130
+
+    def __init__(self, message: str, signum: int | None = None) -> None:
+        super().__init__(message)
+        if signum is not None:
+            self.exit_code = 128 + int(signum)

@@ -191,7 +191,7 @@ class RecordAndReport(PyMeasureCallback):
 
     Replaces the stock ``AddToDatabase`` + ``RemoveBuildArtifact`` pair so that
     failures are stored with their message, not only as MetaSchedule's 1e10
-    sentinel. Also where a requested stop (Ctrl-C) takes effect: after the
+    sentinel. Also where a requested stop (Ctrl-C, ``kill``) takes effect: after the
     batch's records are safely committed.
     """
 
@@ -277,25 +277,46 @@ def _remove_artifact(path: str) -> None:
         pass
 
 
+class _StopSignal:
+    """Which signal asked the run to stop (SIGINT from Ctrl-C, SIGTERM from ``kill``)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+
+
 @contextmanager
-def _stop_on_sigint(stop: threading.Event) -> Iterator[None]:
-    """First Ctrl-C: finish the batch in flight, keep it, stop. Second: stop now."""
+def _stop_on_signals(stop: _StopSignal) -> Iterator[None]:
+    """First Ctrl-C or ``kill``: finish the batch in flight, keep it, stop. Second: stop now.
+
+    The stop has to be a flag checked between batches, not an exception raised
+    where the signal lands: the handler runs inside whichever Python callback
+    MetaSchedule's C++ loop is calling, and the task scheduler catches errors
+    from those callbacks, marks that one task failed and carries on tuning.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in handled}
 
     def handler(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            signal.signal(signal.SIGINT, previous)
+        if stop.event.is_set():
+            for each, old in previous.items():
+                signal.signal(each, old)
+            if signum == signal.SIGTERM:
+                raise SystemExit(128 + signum)
             raise KeyboardInterrupt
-        stop.set()
+        stop.signum = signum
+        stop.event.set()
 
-    signal.signal(signal.SIGINT, handler)
+    for signum in handled:
+        signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 # ---------------------------------------------------------------------------
@@ -428,7 +449,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         progress = TuneProgress(budget=remaining, tasks=tasks)
 
         # -- search, build, measure, history ----------------------------------
-        stop = threading.Event()
+        stop = _StopSignal()
         builder = WarmBuilder(
             cross_compiler=profile.build.cross_compiler,
             cross_compiler_flags=tuple(profile.build.cross_compiler_flags),
@@ -465,7 +486,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                     per_task = min(per_task, cap)
             tune_started = time.monotonic()
             try:
-                with _stop_on_sigint(stop):
+                with _stop_on_signals(stop):
                     if options.warm_start != "off":
                         progress.phase = "training the cost model on the history (warm start)"
                         sink.on_phase(progress)
@@ -474,6 +495,8 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                         )
                         progress.phase = "tuning"
                         sink.on_phase(progress)
+                    if stop.event.is_set():
+                        raise _StopRequested("stop requested during the warm start")
                     ms.tune_tasks(
                         tasks=contexts,
                         task_weights=weights,
@@ -487,7 +510,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                         cost_model=cost_model,
                         measure_callbacks=[
                             RecordAndReport(
-                                history, contexts, progress, sink, stop, runner=runner, measurement_log=out_dir / MEASUREMENT_LOG
+                                history, contexts, progress, sink, stop.event, runner=runner, measurement_log=out_dir / MEASUREMENT_LOG
                             ),
                             ms.measure_callback.UpdateCostModel(),
                         ],
@@ -497,7 +520,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                     )
             except BaseException:
                 # whatever TVM turned our _StopRequested into on its way back
-                if not stop.is_set():
+                if not stop.event.is_set():
                     raise
                 interrupted = True
             tune_seconds = time.monotonic() - tune_started
@@ -553,7 +576,8 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             _write_summary(out_dir, summary)
             raise TuningInterrupted(
                 f"interrupted: {progress.done} measurements of this run are kept in {history.url}; "
-                f"run the same command again to resume"
+                f"run the same command again to resume",
+                signum=stop.signum,
             )
 
         # -- deploy: compile with the best records, run on the device ------------

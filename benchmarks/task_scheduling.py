@@ -212,7 +212,7 @@ def report_text(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{meta['trials']} trials per run in batches of {meta['batch']} (a slot = one batch), evolutionary search (population 64), "
         "XGBoost cost model, WarmBuilder, TrackerRunner with fixed timing (number 5, repeat 3, min_repeat_ms 20), "
         "one loopback `LocalBoard`; per seed the three schedulers run in rotated order. UCB: edgetune defaults "
-        "(C = 2e-4 in model-latency fractions, Laplace posterior, cost-aware slots, peak GFLOPS unknown). "
+        "(exploration bonus scaled by each task's share of the model latency, C = 1e-3; Laplace posterior, cost-aware slots, peak GFLOPS unknown). "
         "Model latency = sum of weight x best mean latency of each task (defined once every task has a valid "
         "measurement); end to end = the model compiled with the run's history, median of 5 x 10 runs on the board.",
         "",

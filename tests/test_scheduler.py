@@ -124,6 +124,8 @@ def test_bad_hyperparameters_name_what_was_expected():
         SlotBandit([1.0], [1.0], exploration=-1)
     with pytest.raises(ValueError, match="policy must be one of"):
         SlotBandit([1.0], [1.0], policy="thompson")
+    with pytest.raises(ValueError, match="bonus must be one of share, absolute, got 'relative' instead"):
+        SlotBandit([1.0], [1.0], bonus="relative")
     with pytest.raises(ValueError, match="peak_gflops must be > 0 or None, got 0 instead"):
         UCBTaskScheduler(peak_gflops=0)
 
@@ -440,3 +442,18 @@ def test_peak_gflops_normalises_and_bounds_the_curve():
     belief = bandit.arms[0].belief
     assert belief.bounded and belief.y_last_ < 1.0
     assert belief.saturation()[0] <= 1.05
+
+
+def test_the_bonus_is_scaled_by_the_share_of_the_model_latency():
+    """Tasks worth 0.1% of the model are not explored like the big ones (the paper's absolute bonus does)."""
+    tiny = lambda n: 0.001 * keeps_improving(n)  # noqa: E731 - improves, but can never matter
+    tiny_slots = {}
+    for bonus, exploration in (("share", 1e-3), ("absolute", 2e-4)):
+        script = Scripted([keeps_improving, keeps_improving, tiny, tiny, tiny])
+        bandit = SlotBandit([1e9, 1e9, 1e6, 1e6, 1e6], [1.0] * 5, bonus=bonus, exploration=exploration, max_idle_slots=1000, seed=0)
+        chosen = run_bandit(bandit, script, 80)
+        tiny_slots[bonus] = sum(chosen.count(k) for k in (2, 3, 4))
+        shares = bandit.shares(list(range(5)))
+        assert sum(shares.values()) == pytest.approx(1.0) and max(shares[k] for k in (2, 3, 4)) < 0.005
+    assert tiny_slots["share"] == 3, tiny_slots  # their first slots only
+    assert tiny_slots["absolute"] >= 10, tiny_slots

@@ -38,6 +38,8 @@ from ..errors import SchedulerError
 
 #: policies of :class:`SlotBandit`, as named in profiles and on the command line
 POLICIES = ("ucb", "epsilon-greedy", "softmax")
+#: how UCB's exploration bonus is scaled (see :class:`SlotBandit`)
+BONUSES = ("share", "absolute")
 #: posteriors of :class:`LearningCurveBelief`
 POSTERIORS = ("laplace", "mcmc")
 
@@ -285,7 +287,12 @@ class SlotBandit:
     ``cost_aware`` it is divided by the task's seconds per slot relative to the
     mean. Policies:
 
-    - ``ucb``: ``r_k + sqrt(exploration * ln t / c_k)``, highest wins;
+    - ``ucb``: ``r_k + s_k * sqrt(exploration * ln t / c_k)``, highest wins,
+      where ``s_k = w_k * latency_k / L`` is the task's share of the model
+      latency. A slot of task ``k`` can remove at most ``s_k`` of the model
+      latency, and Hoeffding's bound (the paper's argument for the square
+      root) scales with the range of the reward, so a task that is 0.1% of the
+      model gets a 0.1%-sized bonus, not the same bonus as the biggest conv;
     - ``epsilon-greedy``: highest ``r_k``, a uniformly random task with
       probability ``epsilon``;
     - ``softmax``: sample with probability proportional to
@@ -303,12 +310,16 @@ class SlotBandit:
     policy:
         One of :data:`POLICIES`.
     exploration:
-        UCB's ``C``. ``r_k`` is a fraction of the model latency, so ``C`` is in
-        those units: with ``C = 2e-4`` a task tried twice in 40 slots gets a
-        bonus worth 2% of the model latency, one tried 10 times 0.9%, the order
-        of what a slot gains once the first rounds are over (the paper's
-        C = 2 ms, or 0.2 ms for sub-millisecond models, plays the same role in
-        absolute units).
+        UCB's ``C``. With ``bonus="share"`` the bonus is in units of each
+        task's share of the model latency: with ``C = 1e-3`` a task tried twice
+        in 40 slots gets a bonus of 4.3% of its share, one tried 10 times 1.9%.
+    bonus:
+        ``"share"`` (default) scales the bonus by the task's share ``s_k``;
+        ``"absolute"`` is the paper's form, one bonus for every operator
+        (``r_k + sqrt(C * ln t / c_k)``; then ``C = 2e-4`` is a sensible scale).
+        On ResNet-18-like share distributions the absolute bonus outweighs the
+        predicted gains of most tasks and turns UCB into round-robin after the
+        first rounds (benchmarks/task_scheduling_simulation.py).
     epsilon, temperature:
         Settings of the other two policies.
     peak_gflops:
@@ -330,7 +341,8 @@ class SlotBandit:
         weights: Sequence[float],
         *,
         policy: str = "ucb",
-        exploration: float = 2e-4,
+        exploration: float = 1e-3,
+        bonus: str = "share",
         epsilon: float = 0.05,
         temperature: float = 0.1,
         peak_gflops: float | None = None,
@@ -340,9 +352,11 @@ class SlotBandit:
         seed: int = 0,
     ) -> None:
         _check_policy_params(policy, exploration, epsilon, temperature, peak_gflops, max_idle_slots)
+        _require(bonus in BONUSES, f"bonus must be one of {', '.join(BONUSES)}", bonus)
         _require(len(flops) == len(weights) and len(flops) > 0, "flops and weights must be non-empty and of equal length", (len(flops), len(weights)))
         self.policy = policy
         self.exploration = exploration
+        self.bonus = bonus
         self.epsilon = epsilon
         self.temperature = temperature
         self.peak_gflops = peak_gflops
@@ -412,6 +426,18 @@ class SlotBandit:
                 out = {k: v * (mean / seconds[k] if k in seconds and seconds[k] > 0 else 1.0) for k, v in out.items()}
         return out
 
+    def shares(self, alive: Sequence[int]) -> dict[int, float]:
+        """Each live task's share of the model latency (the most one slot could remove).
+
+        A task without a valid measurement yet gets an even share, ``1 / tasks``.
+        """
+        total = self.model_latency_ms()
+        even = 1.0 / len(self.arms)
+        return {
+            k: (self.arms[k].weight * self.arms[k].best_ms / total if total > 0 and self.arms[k].best_ms < math.inf else even)
+            for k in alive
+        }
+
     # -- decision -------------------------------------------------------------
     def choose(self, alive: Sequence[int]) -> int:
         """The task for the next slot, among ``alive`` task ids (non-empty)."""
@@ -425,7 +451,8 @@ class SlotBandit:
         r = self.values(alive)
         if self.policy == "ucb":
             t = self.slot + 1
-            score = {k: r[k] + math.sqrt(self.exploration * math.log(t) / self.arms[k].slots) for k in alive}
+            share = self.shares(alive) if self.bonus == "share" else dict.fromkeys(alive, 1.0)
+            score = {k: r[k] + share[k] * math.sqrt(self.exploration * math.log(t) / self.arms[k].slots) for k in alive}
             return self._give(max(alive, key=lambda k: (score[k], -k)))
         if self.policy == "epsilon-greedy":
             if self.rng.random() < self.epsilon:
@@ -566,7 +593,7 @@ class UCBTaskScheduler(_SlotScheduler):
     """DynaTune's scheduler: UCB over time slots with a learning-curve belief.
 
     Keyword arguments are those of :class:`SlotBandit` (``exploration``,
-    ``peak_gflops``, ``cost_aware``, ``max_idle_slots``, ``belief_params``,
+    ``bonus``, ``peak_gflops``, ``cost_aware``, ``max_idle_slots``, ``belief_params``,
     ``seed``).
     """
 

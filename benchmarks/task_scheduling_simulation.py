@@ -172,6 +172,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=16, help="number of seeds (synthetic models and runs); default 16")
     parser.add_argument("--slots", type=int, nargs="+", default=[80, 160], help="budgets in slots of 4 trials; default 80 160")
     parser.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=list(SCHEDULERS))
+    parser.add_argument("--interpretation", default="", help="paragraph appended to the RESULTS.md section")
     parser.add_argument("--write-results", action="store_true", help="update the section in benchmarks/RESULTS.md")
     args = parser.parse_args()
     began = time.time()
@@ -200,6 +201,8 @@ def main() -> int:
             hits = sum(1 for s in speedups[name] if s > 0)
             lines.append(f"| {slots} ({slots * BATCH}) | {name} | {_fmt(speedups[name])} | {hits} of {args.seeds} | {_fmt(finals[name])} |")
         print(f"{slots} slots done ({time.time() - began:.0f} s)", file=sys.stderr, flush=True)
+    if args.interpretation:
+        lines += ["", args.interpretation]
     text = "\n".join(lines)
     print(text)
     if args.write_results:

@@ -6,9 +6,11 @@ the history holds the same operators at other shapes. For each seed:
 
 1. history: tune the two conv tasks at 32x32 (``--history-trials`` per task)
    into a fresh SQLite history;
-2. cold: tune the two conv tasks at 64x64 with a fresh XGBoost cost model;
+2. cold: tune the two conv tasks at 64x64 with a fresh cost model
+   (``--cost-model``, default: the profile default, the random forest);
 3. warm: the same, after ``edgetune.history.warmstart.warm_start`` trained the
-   cost model on that history.
+   cost model on that history (``--scope``, default ``auto``: similar tasks
+   only for operators without same-task history).
 
 Metric: the model-level latency ``sum of each task's best latency so far``
 after every measured candidate. Reported per seed and as medians: the cold
@@ -18,12 +20,14 @@ Everything is measured through one loopback tracker + RPC server.
 Usage::
 
   python benchmarks/warm_start.py                      # seeds 0 1 2
+  python benchmarks/warm_start.py --cost-model xgb --scope similar
   python benchmarks/warm_start.py --write-results      # also update RESULTS.md
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -46,7 +50,10 @@ from edgetune.build.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.history.warmstart import warm_start
 from edgetune.measure.runner import MeasureConfig, TrackerRunner
+from edgetune.history.warmstart import WARM_START_SCOPES
+from edgetune.profile.schema import TuningSettings
 from edgetune.search import make_search_strategy
+from edgetune.search.factory import make_cost_model
 from edgetune.tasks import load_model, prepare_for_tuning
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -116,8 +123,21 @@ def main() -> int:
         help="history of the same operators at 32x32 ('similar'), or of the same 64x64 tasks measured on "
         "another board of the same target ('other-board', down-weighted to half)",
     )
+    parser.add_argument(
+        "--cost-model", default=TuningSettings().cost_model, choices=("xgb", "rf"),
+        help="cost model of all three runs (default: the profile default, %(default)s)",
+    )
+    parser.add_argument(
+        "--scope", default="auto", choices=WARM_START_SCOPES,
+        help="warm_start scope of the warm run (default %(default)s; with the 'similar' scenario's history, "
+        "which holds no same-task records, 'auto' and 'similar' train on the same records)",
+    )
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
+
+    def new_model(seed: int) -> Any:
+        return make_cost_model(args.cost_model, seed=seed, num_cores=2)
+
     import logging
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
@@ -131,14 +151,14 @@ def main() -> int:
             work = Path(tempfile.mkdtemp(prefix=f"warm-start-{seed}-"))
             other_board = args.scenario == "other-board"
             recorder = open_history(str(work / "history.db"), board_id="board-b" if other_board else "local")
-            tune(target_tasks if other_board else source, address, seed + 100, args.history_trials, recorder, ms.cost_model.XGBModel(num_tuning_cores=2))
+            tune(target_tasks if other_board else source, address, seed + 100, args.history_trials, recorder, new_model(seed + 100))
             recorder.close()
             history = open_history(str(work / "history.db"), board_id="local")
-            cold = tune(target_tasks, address, seed, args.trials_per_task, open_history(str(work / "cold.db"), board_id="local"), ms.cost_model.XGBModel(num_tuning_cores=2))
-            model = ms.cost_model.XGBModel(num_tuning_cores=2)
+            cold = tune(target_tasks, address, seed, args.trials_per_task, open_history(str(work / "cold.db"), board_id="local"), new_model(seed))
+            model = new_model(seed)
             report = warm_start(
                 model, [mod for _, mod in target_tasks], history, TARGET, board_id="local",
-                scope="same" if other_board else "similar",
+                scope=args.scope,
             )
             warm = tune(target_tasks, address, seed, args.trials_per_task, history, model)
             goal = cold[-1]
@@ -165,13 +185,14 @@ def report_text(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         history_text = (
             "History: the same two conv tasks at 64x64, tuned with another seed and stored as measured on another "
             "board (`board-b`) of the same target; the warm run (board `local`) trains the cost model on half of "
-            "those records (`scope=\"same\"`, other boards down-weighted) and MetaSchedule's evolutionary search "
+            f"those records (`scope=\"{args.scope}\"`, other boards down-weighted) and MetaSchedule's evolutionary search "
             "also starts from the history's best programs of the same workloads (its stock use of the database)."
         )
     else:
         history_text = (
             "History: the two conv tasks of `demo:tiny-cnn` at 32x32 (same operators, other shapes), "
-            "`scope=\"similar\"`."
+            f"`scope=\"{args.scope}\"`"
+            + (" (so the warm run uses none of it)." if args.scope == "same" else " (no same-task history, so the similar tasks are used).")
         )
     lines = [
         f"## Warm start from history ({args.scenario}): measurements to reach the cold-start best",
@@ -179,11 +200,12 @@ def report_text(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {os.cpu_count()} CPUs, "
         f"{platform.platform()}, TVM {tvm.__version__}. Load average at the end: {os.getloadavg()[0]:.2f}.",
         "",
-        f"Reproduce: `python benchmarks/warm_start.py --scenario {args.scenario} --write-results` "
+        f"Reproduce: `python benchmarks/warm_start.py --scenario {args.scenario} --cost-model {args.cost_model} "
+        f"--scope {args.scope} --write-results` "
         f"(seeds {' '.join(map(str, args.seeds))}, {args.trials_per_task} trials per task, history of "
         f"{args.history_trials} trials per task).",
         "",
-        history_text + " Tuned: the two conv tasks at 64x64, evolutionary search (population 64), batches of 8, "
+        history_text + f" Cost model of every run: `{args.cost_model}`. Tuned: the two conv tasks at 64x64, evolutionary search (population 64), batches of 8, "
         "round-robin, loopback board. Metric: sum of the two tasks' best latencies after each measurement; "
         "goal = the cold run's final value.",
         "",
@@ -195,16 +217,21 @@ def report_text(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"| {r['seed']} | {r['history_records']} | {r['cold_best_ms']:.4f} | {r['warm_best_ms']:.4f} | "
             f"{r['cold_to_goal']} of {r['budget']} | {r['warm_to_goal'] if r['warm_to_goal'] is not None else 'not reached'} |"
         )
-    cold_m, warm_m = med("cold_to_goal"), med("warm_to_goal")
+    def steps(key: str) -> float:
+        # a seed that never reached the goal counts as worse than any that did (not left out)
+        return statistics.median([math.inf if r[key] is None else r[key] for r in rows])
+
+    cold_m, warm_m = steps("cold_to_goal"), steps("warm_to_goal")
     reached = sum(r["warm_to_goal"] is not None for r in rows)
+    shown = "not reached (beyond the budget)" if math.isinf(warm_m) else f"{warm_m:g}"
     lines += [
         "",
-        f"Median measurements to the cold-start best: cold {cold_m}, warm {warm_m} "
-        f"(warm reached it in {reached} of {len(rows)} seeds)"
+        f"Median measurements to the cold-start best (a seed that did not reach it counts as beyond the budget): "
+        f"cold {cold_m:g}, warm {shown} (warm reached it in {reached} of {len(rows)} seeds)"
         + (
             (f"; {100 * (1 - warm_m / cold_m):.0f}% fewer." if warm_m <= cold_m else f"; {100 * (warm_m / cold_m - 1):.0f}% more.")
-            if cold_m and warm_m
-            else "."
+            if math.isfinite(warm_m) and cold_m
+            else "; worse."
         ),
         f"Median final latency: cold {med('cold_best_ms'):.4f} ms, warm {med('warm_best_ms'):.4f} ms.",
     ]

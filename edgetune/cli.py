@@ -68,13 +68,15 @@ def _build_parser() -> argparse.ArgumentParser:
         default="same",
         help="train the cost model on the history before tuning: 'same' tasks (this board, and down-weighted "
         "other boards; default), 'auto' adds the same operator at other shapes where a task has no history "
-        "of its own, 'similar' adds them always, 'off'",
+        "of its own, 'similar' adds them always (neither helped on benchmarks/RESULTS.md, warm_start_similar), 'off'",
     )
     tune.add_argument(
         "--suggested",
         action="store_true",
-        help="cap each task's trials in this run where the history says tasks of its type found their best "
-        "(see `edgetune db suggest`)",
+        help="give each task its own task type's settings from the history (see `edgetune db suggest`): the "
+        "trials by which that type found its best become the task's initial maximum of the adaptive early stop "
+        "(a hard per-task cap with early_stop fixed or none), and with the kmeans sampler the type's safe K-means "
+        "distance ratio; task types without history keep the profile's settings (the run names them)",
     )
     from .profile.schema import TASK_SCHEDULERS
 

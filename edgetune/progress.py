@@ -125,6 +125,9 @@ class RichProgress(ProgressSink):
                 f"shapes, {warm['other_board']} from other boards)",
                 highlight=False,
             )
+        suggested = summary.get("suggested")
+        if suggested and suggested.get("message"):
+            console.print(suggested["message"], highlight=False)
         e2e = summary.get("end_to_end")
         if e2e:
             console.print(

@@ -37,8 +37,8 @@ from .build.intrinsics import load_tensor_intrinsics
 from .deploy.compile import compare_outputs, compile_model, export_model, run_on_board
 from .errors import BoardError, EdgetuneError, TargetError, TuningInterrupted
 from .history import open_history
-from .history.suggest import cap_for_model, suggest_settings
-from .history.warmstart import WarmStartReport, warm_start
+from .history.suggest import settings_by_operator, suggest_settings
+from .history.warmstart import WarmStartReport, operator_signature, warm_start
 from .measure.runner import FAILED_RUN_SECS, TrackerRunner
 from .profile import DeviceProfile
 from .search import make_cost_model, make_search_strategy, make_task_scheduler
@@ -68,8 +68,9 @@ class TuneOptions:
     db: str | None = None  # defaults to <out_dir>/history.db
     trials: int | None = None  # defaults to the profile's tuning.trials
     evaluate: bool = True  # compile and measure end to end after tuning
-    warm_start: str = "same"  # "off", "same" or "similar": cost model trained on history first
-    suggested: bool = False  # cap trials per task where the history says bests are found
+    # "off", "same", "auto" or "similar": cost model trained on history first (see history/warmstart.py)
+    warm_start: str = "same"
+    suggested: bool = False  # each task gets its type's early-stop and sampling settings from the history
     scheduler: str | None = None  # task scheduler; defaults to the profile's tuning.task_scheduler
 
 
@@ -421,6 +422,15 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
         cost_model = make_cost_model(profile.tuning.cost_model, seed=profile.tuning.seed, num_cores=os.cpu_count() or 1)
         search_report = SearchReport()
+        suggested: dict[str, Any] | None = None
+        per_type: dict[tuple[str, ...], dict[str, Any]] | None = None
+        if options.suggested and remaining > 0 and workloads:
+            progress_placeholder = TuneProgress(budget=remaining, tasks=[])
+            progress_placeholder.phase = "reading suggested settings per task type from the history"
+            sink.on_phase(progress_placeholder)
+            suggested, per_type = _suggested_settings(history, target, profile, workloads, per_iter)
+            progress_placeholder.phase = suggested["message"]
+            sink.on_phase(progress_placeholder)
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             extracted,
             work_dir=str(out_dir / "logs"),
@@ -432,6 +442,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 surrogate=cost_model,
                 expected_trials_per_task=math.ceil(remaining / max(1, len(extracted))),
                 report=search_report,
+                suggested=per_type,
             ),
             num_threads=os.cpu_count() or 1,
             seed=profile.tuning.seed,
@@ -469,7 +480,6 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         interrupted = False
         tune_seconds = 0.0
         warm = WarmStartReport()
-        suggested: dict[str, Any] | None = None
         if remaining > 0 and contexts:
             progress.phase = "starting build workers"
             sink.on_phase(progress)
@@ -478,12 +488,6 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             progress.started = time.monotonic()
             sink.on_phase(progress)
             per_task = profile.tuning.max_trials_per_task or remaining
-            if options.suggested:
-                suggestions = suggest_settings(history, target=target, batch=per_iter)
-                cap, no_history = cap_for_model(suggestions, [ctx.mod for ctx in contexts])
-                suggested = {"max_trials_per_task": cap, "task_types_without_history": no_history}
-                if cap is not None:
-                    per_task = min(per_task, cap)
             tune_started = time.monotonic()
             try:
                 with _stop_on_signals(stop):
@@ -568,7 +572,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             if search_report.tasks
             else None,
             "warm_start": {"scope": options.warm_start, **warm.to_dict()},
-            "suggested": suggested,
+            "suggested": _with_applied(suggested, search_report, contexts),
             "interrupted": interrupted,
             "tasks": [t.to_dict() for t in tasks],
         }
@@ -588,6 +592,57 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             summary["end_to_end"] = _evaluate(model, profile, target, history, address, out_dir)
         _write_summary(out_dir, summary)
         return summary
+
+
+def _suggested_settings(
+    history: Any, target: Any, profile: DeviceProfile, workloads: list[Any], batch: int
+) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]] | None]:
+    """``--suggested``: the settings per task type of this model from the history, for the search strategy.
+
+    Returns the summary's ``suggested`` entry (its ``message`` says which task
+    types keep the profile's settings) and ``{operator: settings}`` for
+    :class:`~edgetune.search.adaptive.AdaptiveSearch` (None when the profile's
+    search strategy cannot take them).
+    """
+    tuning = profile.tuning
+    operators = []
+    for mod in workloads:
+        signature = operator_signature(mod)
+        if signature not in operators:
+            operators.append(signature)
+    suggestions = suggest_settings(
+        history, target=target, batch=batch, operators=operators, sampling=tuning.sampler == "kmeans", seed=tuning.seed
+    )
+    per_type = settings_by_operator(suggestions)
+    without = ["+".join(op) for op in operators if op not in per_type]
+    entry: dict[str, Any] = {
+        "batch": batch,
+        "early_stop": tuning.early_stop,
+        "sampler": tuning.sampler,
+        "task_types": [s.to_dict() for s in suggestions],
+        "task_types_without_history": without,
+        "tasks": [],
+    }
+    if tuning.search_strategy != "evolutionary":
+        entry["message"] = f"--suggested: not applied, the {tuning.search_strategy} search takes no per-task settings"
+        return entry, None
+    how = "initial maximum trials (adaptive early stop)" if tuning.early_stop == "adaptive" else "trial cap"
+    if tuning.sampler == "kmeans":
+        how += " and K-means distance ratio"
+    entry["message"] = (
+        f"--suggested: {len(operators) - len(without)} of {len(operators)} task types get their {how} from the history"
+        + (f"; profile settings for the types without history: {', '.join(without)}" if without else "")
+    )
+    return entry, per_type
+
+
+def _with_applied(suggested: dict[str, Any] | None, report: SearchReport, contexts: list[Any]) -> dict[str, Any] | None:
+    """The summary's ``suggested`` entry with what each task got, in task order."""
+    if suggested is None:
+        return None
+    names = [str(ctx.task_name) for ctx in contexts]
+    suggested["tasks"] = [report.suggested[name] for name in names if name in report.suggested]
+    return suggested
 
 
 def _measurement_summary(profile: DeviceProfile, runner: TrackerRunner) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import tvm.s_tir.meta_schedule as ms
 from conftest import run_cli
 from edgetune.build.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
-from edgetune.history.suggest import cap_for_model, suggest_settings
+from edgetune.history.suggest import settings_by_operator, suggest_settings
 from test_warmstart import TARGET, add, candidates, matmul
 
 
@@ -46,12 +46,10 @@ def test_best_positions_and_cap_follow_the_rule(history_path):
     history.close()
 
 
-def test_model_cap_is_the_largest_known_and_names_types_without_history(history_path):
+def test_settings_per_operator_are_what_each_task_type_gets(history_path):
     history = open_history(history_path, read_only=True)
-    suggestions = suggest_settings(history, batch=4)
-    assert cap_for_model(suggestions, [matmul(64), matmul(128)]) == (16, [])
-    assert cap_for_model(suggestions, [matmul(64), add(64)]) == (16, ["D"])
-    assert cap_for_model(suggestions, [add(64)]) == (None, ["D"])
+    settings = settings_by_operator(suggest_settings(history, batch=4, sampling=False))
+    assert settings == {("C",): {"max_trials": 16, "kmeans_distance_ratio": None}}  # the add has too few records
     history.close()
 
 

@@ -192,16 +192,62 @@ def test_history_exports_to_stock_json_database(tuned_run, tmp_path):
     assert len(stock) == record_counts(out / "history.db")[0]
 
 
-def test_suggested_caps_come_from_the_history(tmp_path, loopback_board):
+def _make_conv_type_find_its_best_late(db: Path, count: int = 24) -> None:
+    """Commit ``count`` more records for one conv2d workload, its best the last one committed."""
+    import tvm.s_tir.meta_schedule as ms
+
+    from edgetune.build.intrinsics import load_tensor_intrinsics
+    from edgetune.history import open_history
+    from edgetune.history.warmstart import operator_signature
+
+    history = open_history(str(db), board_id="other-run")
+    conv = next(r for r in history.get_all_tuning_records() if "conv2d_nchw" in operator_signature(r.workload.mod))
+    load_tensor_intrinsics(conv.target)
+    ctx = ms.TuneContext(
+        mod=conv.workload.mod, target=conv.target, space_generator="post-order-apply", search_strategy="replay-trace",
+        task_name="extra", num_threads=2, rand_state=5,
+    )
+    ctx.pre_tuning(
+        max_trials=count, num_trials_per_iter=count, design_spaces=ctx.generate_design_space(),
+        database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel(),
+    )
+    found = ctx.generate_measure_candidates()
+    for i, cand in enumerate(found, start=1):
+        seconds = 1e-7 if i == len(found) else 1.0
+        history.commit_tuning_record(ms.database.TuningRecord(cand.sch.trace, conv.workload, [seconds], conv.target, cand.args_info))
+    history.close()
+
+
+def test_suggested_settings_are_applied_per_task_type(tmp_path, loopback_board):
     out = tmp_path / "suggest"
     base = ["tune", "--profile", "host", "--model", "demo:tiny-cnn", "--out", str(out), "--no-evaluate", *board_args(loopback_board)]
     first = run_cli(*base, "--trials", "40")
     assert first.returncode == 0, first.stderr[-3000:]
-    shown = run_cli("db", "suggest", "--db", str(out / "history.db"))
+    _make_conv_type_find_its_best_late(out / "history.db")
+    shown = run_cli("db", "suggest", "--db", str(out / "history.db"), env={"COLUMNS": "250"})
     assert shown.returncode == 0 and "conv2d_nchw" in shown.stdout, shown.stdout + shown.stderr
-    second = run_cli(*base, "--trials", "80", "--suggested")
+    assert "kmeans_distance_ratio" in shown.stdout
+    # fixed early stop: the suggestion is a hard cap per task, easy to check
+    second = run_cli(*base, "--trials", "140", "--suggested", "--early-stop", "fixed")  # 76 new
     assert second.returncode == 0, second.stderr[-3000:]
+    assert "--suggested:" in second.stderr  # the run says which types got what
+    assert "--suggested:" in second.stdout  # and repeats it in the final report
     summary = json.loads((out / "summary.json").read_text())
-    cap = summary["suggested"]["max_trials_per_task"]
-    assert isinstance(cap, int) and cap >= 1
-    assert all(task["trials_this_run"] <= cap for task in summary["tasks"])
+    suggested = summary["suggested"]
+    types = {t["operator"]: t for t in suggested["task_types"]}
+    by_name = {t["name"]: t for t in summary["tasks"]}
+    assert [e["task"] for e in suggested["tasks"]] == list(by_name)
+    for entry in suggested["tasks"]:
+        if not entry["from_history"]:
+            assert entry["operator"] in suggested["task_types_without_history"] and entry["max_trials"] is None
+            assert entry["kmeans_distance_ratio"] == 0.3  # the profile's
+            continue
+        own = types[entry["operator"]]
+        assert entry["max_trials"] == own["max_trials_per_task"]
+        ratio = own["kmeans_distance_ratio"]
+        assert entry["kmeans_distance_ratio"] == (None if ratio == 0 else ratio)
+        assert by_name[entry["task"]]["trials_this_run"] <= entry["max_trials"]
+    caps = {e["operator"]: e["max_trials"] for e in suggested["tasks"] if e["from_history"]}
+    conv = [op for op in caps if "conv2d_nchw" in op]
+    assert conv and len(set(caps.values())) >= 2, caps  # the conv type's late best gives it a larger cap
+    assert caps[conv[0]] == max(caps.values())

@@ -14,6 +14,9 @@ from typing import Any
 
 from edgetune.errors import HistoryError
 
+#: edgetune.history.suggest.SAMPLING_RECORDS, not imported so that the CLI starts without TVM
+_SAMPLING_RECORDS = 64
+
 DB_HELP = "history database: a path, sqlite:///PATH or postgresql://USER@HOST/DBNAME"
 
 STATS_EPILOG = """\
@@ -142,17 +145,34 @@ def add_db_commands(db_sub: Any) -> None:
 
     suggest = action(
         "suggest",
-        "suggest per-task trial caps (early stop) from where the best was found",
+        "suggest per-task-type early stop and K-means sampling settings from the history",
         "For each task type (the same operator at any shapes) and target, read off the history at which "
-        "measurement each workload found its best, and suggest a per-task trial cap covering 90%% of them "
-        "with a margin, in whole batches (history-database paper, section IV). "
-        "`edgetune tune --suggested` applies it.",
-        "examples:\n  edgetune db suggest --db history.db\n  edgetune db suggest --db history.db --batch 16 --margin 1.5\n",
+        "measurement each workload found its best, and suggest a per-task trial count covering 90%% of them "
+        "with a margin, in whole batches (history-database paper, section IV). For sampling, replay each "
+        "workload's first --sampling-records records in windows of --batch (committed order), recompute each "
+        "candidate's features from its trace as the K-means sampler does, and find the largest distance ratio "
+        "of 0.1, 0.2, 0.3, 0.5 whose sampled subset still holds a candidate within 3%% of the window's best "
+        "latency in at least 90%% of the windows; the type gets the smallest over its workloads (0 = off: no "
+        "ratio was safe, measure every candidate). `edgetune tune --suggested` applies each task's own type's "
+        "settings.",
+        "examples:\n  edgetune db suggest --db history.db\n  edgetune db suggest --db history.db --batch 16 --margin 1.5\n"
+        "  edgetune db suggest --db history.db --no-sampling\n",
     )
     suggest.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
-    suggest.add_argument("--batch", type=int, default=8, help="round caps up to whole batches of this size (default 8)")
+    suggest.add_argument(
+        "--batch", type=int, default=8,
+        help="round trial counts up to whole batches of this size, and replay sampling in windows of it (default 8; "
+        "use the profile's tuning.num_trials_per_iter)",
+    )
     suggest.add_argument("--margin", type=float, default=1.25, help="multiply the 90th percentile by this (default 1.25)")
     suggest.add_argument("--min-trials", type=int, default=8, help="ignore workloads with fewer records (default 8)")
+    suggest.add_argument(
+        "--sampling-records", type=int, default=_SAMPLING_RECORDS, metavar="N",
+        help="replay only the first N records of each workload for the sampling suggestion, to keep this fast "
+        "(a second or two per workload on a 2-core host at the default %(default)s)",
+    )
+    suggest.add_argument("--no-sampling", action="store_true", help="skip the sampling replay (trial counts only)")
+    suggest.add_argument("--seed", type=int, default=0, help="K-means seed of the replay (the profile's tuning.seed; default 0)")
     suggest.set_defaults(func=_run_suggest)
 
 
@@ -174,7 +194,10 @@ def _run_suggest(args: argparse.Namespace) -> int:
     history = _open(args.db, read_only=True)
     try:
         try:
-            suggestions = suggest_settings(history, batch=args.batch, margin=args.margin, min_trials=args.min_trials)
+            suggestions = suggest_settings(
+                history, batch=args.batch, margin=args.margin, min_trials=args.min_trials,
+                sampling=not args.no_sampling, sampling_records=args.sampling_records, seed=args.seed,
+            )
         except ValueError as error:
             raise HistoryError(str(error)) from None
         url = history.url
@@ -184,16 +207,25 @@ def _run_suggest(args: argparse.Namespace) -> int:
     if not suggestions:
         console.print(f"{url}: no workload has {args.min_trials} or more records yet; nothing to suggest")
         return 0
-    table = Table(title=f"{url}: suggested per-task trial caps")
-    for name in ("operator", "target", "workloads", "best found at", "of trials", "max_trials_per_task"):
+    table = Table(title=f"{url}: suggested settings per task type")
+    for name in ("operator", "target", "workloads", "best found at", "of trials", "max_trials_per_task", "kmeans_distance_ratio"):
         table.add_column(name)
     for s in suggestions:
         table.add_row(
             "+".join(s.operator), s.target, str(s.workloads), ", ".join(map(str, s.best_found_at)),
-            ", ".join(map(str, s.trials)), str(s.max_trials_per_task),
+            ", ".join(map(str, s.trials)), str(s.max_trials_per_task), _ratio_text(s),
         )
     console.print(table)
     return 0
+
+
+def _ratio_text(suggestion) -> str:
+    """The sampling column: the type's ratio, and each workload's (windows replayed)."""
+    if suggestion.kmeans_distance_ratio is None:
+        return "-"
+    value = "0 (off)" if suggestion.kmeans_distance_ratio == 0 else f"{suggestion.kmeans_distance_ratio:g}"
+    each = ", ".join(f"{r:g}/{w}w" for r, w in zip(suggestion.sampling_ratios, suggestion.sampling_windows))
+    return f"{value} (per workload ratio/windows: {each})"
 
 
 def _open(location: str, *, read_only: bool = False, create: bool = False):

@@ -81,9 +81,11 @@ def warm_start(
     other boards); ``"auto"`` adds the same operator at other shapes for the
     operators that have no same-task history (the paper's rule);
     ``"similar"`` adds them for every operator. Only ``"same"`` is the
-    default: on the loopback benchmark (benchmarks/RESULTS.md,
-    warm_start_similar) a cost model trained on 32x32 convolutions slowed the
-    search on 64x64 ones in 2 of 3 seeds.
+    default of ``edgetune tune``: on the loopback benchmark
+    (benchmarks/RESULTS.md, warm_start_similar) a cost model trained on 32x32
+    convolutions kept the search on 64x64 ones from reaching the cold run's
+    best within the budget in 2 of 3 seeds, with XGBoost and again with the
+    random forest (``auto`` = ``similar`` there: no same-task history).
     """
     if scope not in WARM_START_SCOPES:
         raise ValueError(f"scope must be one of {', '.join(WARM_START_SCOPES)}, got {scope!r} instead")

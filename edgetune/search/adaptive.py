@@ -26,6 +26,16 @@ many of each round reach the board. The early stop counts candidates
 thins each round, the early stop ends a task whose measurements stopped
 paying off. What each component saved is collected in a :class:`SearchReport`
 shared by the clones MetaSchedule makes per task.
+
+With ``suggested`` (``edgetune tune --suggested``, settings per task type
+from the history, :mod:`edgetune.history.suggest`), each per-task clone looks
+up its own task type (the operator signature of its workload) when
+MetaSchedule initialises it with the task's context: the adaptive early stop
+starts from the type's trial count as ``im`` (and may still extend it), the
+fixed or no early stop gets it as a hard cap on measured candidates, and the
+K-means sampler uses the type's distance ratio (0: measure every candidate).
+Task types without history keep the profile's settings; what each task got
+is in :attr:`SearchReport.suggested`.
 """
 
 from __future__ import annotations
@@ -83,6 +93,8 @@ class SearchReport:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.tasks: dict[str, TaskSearchReport] = {}
+        #: per task name, the settings applied with ``suggested`` (see :meth:`AdaptiveSearch.pre_tuning`)
+        self.suggested: dict[str, dict[str, Any]] = {}
 
     def task(self, name: str) -> TaskSearchReport:
         with self._lock:
@@ -128,6 +140,11 @@ class AdaptiveSearch(PySearchStrategy):
         Seed for random candidates and K-means.
     report:
         Where per-task reports are collected (shared with clones).
+    suggested:
+        Settings per task type, ``{operator signature: {"max_trials": n,
+        "kmeans_distance_ratio": r or None}}``
+        (:func:`edgetune.history.suggest.settings_by_operator`); None: the
+        profile's settings for every task.
     """
 
     def __init__(
@@ -146,6 +163,7 @@ class AdaptiveSearch(PySearchStrategy):
         max_exploration: float = 0.5,
         seed: int = 0,
         report: SearchReport | None = None,
+        suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         if sampler not in ("kmeans", "none"):
@@ -168,6 +186,7 @@ class AdaptiveSearch(PySearchStrategy):
             expected_trials_per_task=expected_trials_per_task,
             max_exploration=max_exploration,
             seed=seed,
+            suggested=suggested,
         )
         self.report = report if report is not None else SearchReport()
         self.contextual = exploration == "contextual" and surrogate is not None
@@ -178,6 +197,38 @@ class AdaptiveSearch(PySearchStrategy):
         self.rng = np.random.default_rng(seed)
         self._features = CandidateFeatures()
         self._task: TaskSearchReport | None = None
+        self.cap: int | None = None  # hard cap on measured candidates (suggested, fixed/no early stop)
+        self.applied: dict[str, Any] | None = None  # what ``suggested`` gave this task
+
+    def _apply_suggested(self, context: Any) -> None:
+        """This task's type's suggested settings, or the profile's (see the module docstring)."""
+        from edgetune.history.warmstart import operator_signature
+
+        suggested = self.params["suggested"]
+        params = self.params["early_stop_params"]
+        self.stopper = make_early_stop(self.params["early_stop"], **params)
+        self.sampler = (
+            KMeansSampler(self.params["kmeans_distance_ratio"], seed=self.params["seed"])
+            if self.params["sampler"] == "kmeans"
+            else None
+        )
+        self.cap = None
+        if suggested is None:
+            self.applied = None
+            return
+        signature = operator_signature(context.mod)
+        entry = suggested.get(signature)
+        self.applied = {"operator": "+".join(signature), "from_history": entry is not None}
+        if entry is None:
+            return
+        trials = int(entry["max_trials"])
+        if self.params["early_stop"] == "adaptive":
+            self.stopper = make_early_stop("adaptive", **{**params, "initial": trials})
+        else:
+            self.cap = trials
+        ratio = entry.get("kmeans_distance_ratio")
+        if self.params["sampler"] == "kmeans" and ratio is not None:
+            self.sampler = KMeansSampler(ratio, seed=self.params["seed"]) if ratio > 0 else None
 
     # -- MetaSchedule hooks -------------------------------------------------------
     def _initialize_with_tune_context(self, context: Any) -> None:
@@ -191,6 +242,7 @@ class AdaptiveSearch(PySearchStrategy):
         name = str(context.task_name) if context.task_name else "task"
         # str hashes change between processes; crc32 keeps a seed's random candidates reproducible
         self.rng = np.random.default_rng([self.params["seed"], zlib.crc32(name.encode())])
+        self._apply_suggested(context)
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any, database: Any = None, cost_model: Any = None) -> None:
         self.plan = int(num_trials_per_iter)
@@ -202,6 +254,16 @@ class AdaptiveSearch(PySearchStrategy):
         self.stopper.start(int(max_trials), self.plan, expected=expected)
         self._task = self.report.task(str(self.context.task_name))
         self._task.share = expected
+        if self.applied is not None:
+            self.report.suggested[str(self.context.task_name)] = {
+                "task": str(self.context.task_name),
+                **self.applied,
+                "early_stop": self.params["early_stop"],
+                # the adaptive rule's initial maximum (im) in effect, within the task's budget
+                "early_stop_initial": getattr(self.stopper, "floor_", None),
+                "max_trials": self.cap,
+                "kmeans_distance_ratio": self.sampler.distance_ratio if self.sampler is not None else None,
+            }
 
     def post_tuning(self) -> None:
         self.inner.post_tuning()
@@ -214,6 +276,10 @@ class AdaptiveSearch(PySearchStrategy):
             task.stopped_early = True
             task.early_stop_limit = self.stopper.limit
             return None
+        if self.cap is not None and task.measured >= self.cap:
+            task.stopped_early = True
+            task.early_stop_limit = self.cap
+            return None
         pool = self.inner.generate_measure_candidates()
         if pool is None:
             return None
@@ -224,6 +290,8 @@ class AdaptiveSearch(PySearchStrategy):
         if self.sampler is not None and len(batch) > 1:
             keep = self.sampler.select(self._features(self.context, batch))
             batch = [batch[i] for i in keep]
+        if self.cap is not None:
+            batch = batch[: self.cap - task.measured]
         task.measured += len(batch)
         return batch
 

@@ -54,6 +54,7 @@ def make_search_strategy(
     surrogate: Any = None,
     expected_trials_per_task: int = 0,
     report: Any = None,
+    suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
 ) -> Any:
     """A search strategy by name; ``population_size=0`` sizes the evolution to the batch.
 
@@ -61,6 +62,10 @@ def make_search_strategy(
     early stop or contextual exploration, the evolutionary search is wrapped in
     :class:`~edgetune.search.adaptive.AdaptiveSearch`; ``surrogate`` is the
     cost model object (contextual exploration reads its uncertainty).
+    ``suggested`` (settings per task type from the history, see
+    :func:`edgetune.history.suggest.settings_by_operator`) needs the wrapper
+    too: each task's clone applies its own type's entry. Only the evolutionary
+    search takes it.
     """
     _check("search_strategy", name, SEARCH_STRATEGIES)
     if name != "evolutionary":
@@ -70,7 +75,9 @@ def make_search_strategy(
     population = population_size or auto_population(num_trials_per_iter)
     from .adaptive import AdaptiveSearch, uses_adaptive_search
 
-    if tuning is not None and uses_adaptive_search(tuning):
+    if suggested is not None and tuning is None:
+        raise ValueError("suggested settings need the profile's tuning settings")
+    if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None):
         return AdaptiveSearch(
             population_size=population,
             init_min_unmeasured=min(50, population // 2),
@@ -83,6 +90,7 @@ def make_search_strategy(
             expected_trials_per_task=expected_trials_per_task,
             seed=tuning.seed,
             report=report,
+            suggested=suggested,
         )
     return ms.search_strategy.EvolutionarySearch(
         population_size=population,

@@ -16,6 +16,7 @@ duplicates reaches the threshold with few clusters; a diverse batch keeps
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,10 @@ class KMeansSampler:
 
     def choose_k(self, features: np.ndarray) -> tuple[int, np.ndarray]:
         """K by the threshold rule, and the cluster labels of each row for that K."""
-        x = _varying_columns(features)
+        return self._choose_k(_varying_columns(features), self.distance_ratio, {})
+
+    def _choose_k(self, x: np.ndarray, ratio: float, fits: dict[int, tuple[float, np.ndarray]]) -> tuple[int, np.ndarray]:
+        """``fits`` caches K-means per K for one ``x`` (deterministic: fixed seed), so ratios can share them."""
         n = len(x)
         if n <= self.min_keep:
             return n, np.arange(n)
@@ -67,29 +71,43 @@ class KMeansSampler:
         from sklearn.cluster import KMeans
 
         for k in range(max(1, self.min_keep), n):
-            model = KMeans(n_clusters=k, n_init=3, random_state=self.seed).fit(x)
-            if model.inertia_ <= self.distance_ratio * total:
-                return k, model.labels_
+            if k not in fits:
+                model = KMeans(n_clusters=k, n_init=3, random_state=self.seed).fit(x)
+                fits[k] = (float(model.inertia_), model.labels_)
+            inertia, labels = fits[k]
+            if inertia <= ratio * total:
+                return k, labels
         return n, np.arange(n)
 
     def select(self, features: np.ndarray) -> list[int]:
         """Indices (ascending) of the candidates to measure: the one nearest each centroid."""
+        keep = self.select_for_ratios(features, [self.distance_ratio])[self.distance_ratio]
+        self.reports_.append(SampleReport(len(features), len(keep)))
+        return keep
+
+    def select_for_ratios(self, features: np.ndarray, ratios: Any) -> dict[float, list[int]]:
+        """What :meth:`select` keeps at each of several distance ratios (one K-means fit per K,
+        shared); used to replay the history (:mod:`edgetune.history.suggest`). Records no report."""
         features = np.asarray(features, dtype=float)
         if features.ndim != 2:
             raise ValueError(f"features must be a 2-D array (candidates x features), got shape {features.shape} instead")
-        k, labels = self.choose_k(features)
         x = _varying_columns(features)
-        keep = []
-        for cluster in range(k):
-            members = np.flatnonzero(labels == cluster)
-            if members.size == 0:
-                continue
-            centroid = x[members].mean(axis=0)
-            distances = np.sum((x[members] - centroid) ** 2, axis=1)
-            keep.append(int(members[int(np.argmin(distances))]))
-        keep = sorted(set(keep))
-        self.reports_.append(SampleReport(len(features), len(keep)))
-        return keep
+        fits: dict[int, tuple[float, np.ndarray]] = {}
+        chosen: dict[float, list[int]] = {}
+        for ratio in ratios:
+            if not ratio > 0:
+                raise ValueError(f"distance_ratio must be > 0, got {ratio!r} instead")
+            k, labels = self._choose_k(x, float(ratio), fits)
+            keep = []
+            for cluster in range(k):
+                members = np.flatnonzero(labels == cluster)
+                if members.size == 0:
+                    continue
+                centroid = x[members].mean(axis=0)
+                distances = np.sum((x[members] - centroid) ** 2, axis=1)
+                keep.append(int(members[int(np.argmin(distances))]))
+            chosen[ratio] = sorted(set(keep))
+        return chosen
 
     @property
     def removed_fraction_(self) -> float:

@@ -166,6 +166,13 @@ def test_cli_shows_the_sampling_column(real_history):
     assert plain.returncode == 0 and "0 (off)" not in plain.stdout
 
 
+def test_cli_default_replay_size_is_the_librarys():
+    from edgetune.history import cli
+    from edgetune.history.suggest import SAMPLING_RECORDS
+
+    assert cli._SAMPLING_RECORDS == SAMPLING_RECORDS  # kept apart so `edgetune db` starts without TVM
+
+
 # -- AdaptiveSearch applies each task's own type's entry ------------------------------------------------------
 
 SUGGESTED = {("C",): {"max_trials": 16, "kmeans_distance_ratio": 0.2}}

@@ -44,22 +44,25 @@ def _matmul_artifact(directory: Path, n: int = 96) -> tuple[str, list]:
 
 def test_adaptive_evaluator_takes_more_runs_on_a_noisy_board(tmp_path):
     """Quiet board: the second micro-batch agrees with the first. Noisy board: the
-    server's processes lose their core for 20-60 ms every 50-150 ms (SIGSTOP/SIGCONT,
+    server's processes lose their core for 20-200 ms every 20-250 ms (SIGSTOP/SIGCONT,
     as when other work takes the core), so micro-batches disagree, the CV stays
     high and more runs are taken. Stalls are used rather than competing busy
     loops because on a shared 2-core host the scheduler spreads busy loops too
     evenly to tell the two cases apart reliably."""
     from edgetune.measure.runner import TrackerRunner
 
-    artifact, args_info = _matmul_artifact(tmp_path, n=128)
-    config = MeasureSettings(evaluator="adaptive", micro_batch=50, max_runs=500, cv_threshold=0.10, micro_batch_ms=0)
+    artifact, args_info = _matmul_artifact(tmp_path, n=192)  # ~2.5 ms a run: micro-batches of ~130 ms
+    config = MeasureSettings(evaluator="adaptive", micro_batch=50, max_runs=300, cv_threshold=0.10, micro_batch_ms=0)
     with LocalBoard(key="noise-test", num_threads=1, log_dir=tmp_path / "board") as board:
         address = board.start()
         runner = TrackerRunner(address, config=config)
         try:
-            quiet = _runs_used(runner, artifact, args_info, 8)
-            with _stalls(board.pids[-1]):
-                noisy = _runs_used(runner, artifact, args_info, 8)
+            _runs_used(runner, artifact, args_info, 2)  # warm-up: a fresh server's first timings drift
+            quiet, noisy = [], []
+            for _ in range(4):  # interleaved blocks, so the shared host's own noise hits both alike
+                quiet += _runs_used(runner, artifact, args_info, 2)
+                with _stalls(board.pids[-1]):
+                    noisy += _runs_used(runner, artifact, args_info, 2)
         finally:
             runner.close()
     print(f"runs used: quiet {quiet}, noisy {noisy}")
@@ -71,13 +74,17 @@ def test_adaptive_evaluator_takes_more_runs_on_a_noisy_board(tmp_path):
 def _stalls(pgid: int):
     """Stop and continue a process group at random, until the block ends."""
     done = threading.Event()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(pgid)
 
     def stall() -> None:
-        while not done.wait(rng.uniform(0.050, 0.150)):
+        # the first stall comes at once (one measurement can be over in 100 ms); then
+        # bursts of very different lengths, so that micro-batches of ~40 ms disagree
+        wait = rng.uniform(0.0, 0.020)
+        while not done.wait(wait):
             os.killpg(pgid, signal.SIGSTOP)
-            time.sleep(rng.uniform(0.020, 0.060))
+            time.sleep(rng.uniform(0.020, 0.200))
             os.killpg(pgid, signal.SIGCONT)
+            wait = rng.uniform(0.020, 0.250)
 
     thread = threading.Thread(target=stall, daemon=True)
     thread.start()

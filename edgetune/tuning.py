@@ -390,9 +390,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             board_label = f"tracker {address.host}:{address.port}"
         else:
             check_runnable_on_host(profile)
-            progress_placeholder = TuneProgress(budget=trials, tasks=[])
-            progress_placeholder.phase = "starting loopback tracker and RPC server"
-            sink.on_phase(progress_placeholder)
+            _announce(sink, trials, "starting loopback tracker and RPC server")
             board = stack.enter_context(
                 LocalBoard(key=key, num_threads=profile.device.num_threads, log_dir=out_dir / "board-logs")
             )
@@ -425,12 +423,9 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         suggested: dict[str, Any] | None = None
         per_type: dict[tuple[str, ...], dict[str, Any]] | None = None
         if options.suggested and remaining > 0 and workloads:
-            progress_placeholder = TuneProgress(budget=remaining, tasks=[])
-            progress_placeholder.phase = "reading suggested settings per task type from the history"
-            sink.on_phase(progress_placeholder)
+            _announce(sink, remaining, "reading suggested settings per task type from the history")
             suggested, per_type = _suggested_settings(history, target, profile, workloads, per_iter)
-            progress_placeholder.phase = suggested["message"]
-            sink.on_phase(progress_placeholder)
+            _announce(sink, remaining, suggested["message"])
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             extracted,
             work_dir=str(out_dir / "logs"),
@@ -592,6 +587,13 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             summary["end_to_end"] = _evaluate(model, profile, target, history, address, out_dir)
         _write_summary(out_dir, summary)
         return summary
+
+
+def _announce(sink: ProgressSink, budget: int, phase: str) -> None:
+    """Show a phase before the tasks (and so the run's progress record) exist."""
+    progress = TuneProgress(budget=budget, tasks=[])
+    progress.phase = phase
+    sink.on_phase(progress)
 
 
 def _suggested_settings(

@@ -192,43 +192,43 @@ class AdaptiveSearch(PySearchStrategy):
         self.contextual = exploration == "contextual" and surrogate is not None
         self.context: Any = None
         self.inner: Any = None
-        self.sampler = KMeansSampler(kmeans_distance_ratio, seed=seed) if sampler == "kmeans" else None
-        self.stopper: EarlyStop = make_early_stop(early_stop, **self.params["early_stop_params"])
+        self.sampler: KMeansSampler | None = None
+        self.stopper: EarlyStop
+        self._make_components(self.params["early_stop_params"], kmeans_distance_ratio if sampler == "kmeans" else None)
         self.rng = np.random.default_rng(seed)
         self._features = CandidateFeatures()
         self._task: TaskSearchReport | None = None
         self.cap: int | None = None  # hard cap on measured candidates (suggested, fixed/no early stop)
         self.applied: dict[str, Any] | None = None  # what ``suggested`` gave this task
 
+    def _make_components(self, early_stop_params: dict[str, Any], distance_ratio: float | None) -> None:
+        """The early stop and the K-means sampler (``distance_ratio`` None: no sampling)."""
+        self.stopper = make_early_stop(self.params["early_stop"], **early_stop_params)
+        self.sampler = KMeansSampler(distance_ratio, seed=self.params["seed"]) if distance_ratio is not None else None
+
     def _apply_suggested(self, context: Any) -> None:
         """This task's type's suggested settings, or the profile's (see the module docstring)."""
         from edgetune.history.warmstart import operator_signature
 
         suggested = self.params["suggested"]
-        params = self.params["early_stop_params"]
-        self.stopper = make_early_stop(self.params["early_stop"], **params)
-        self.sampler = (
-            KMeansSampler(self.params["kmeans_distance_ratio"], seed=self.params["seed"])
-            if self.params["sampler"] == "kmeans"
-            else None
-        )
+        early_stop_params = dict(self.params["early_stop_params"])
+        ratio = self.params["kmeans_distance_ratio"] if self.params["sampler"] == "kmeans" else None
         self.cap = None
-        if suggested is None:
-            self.applied = None
-            return
-        signature = operator_signature(context.mod)
-        entry = suggested.get(signature)
-        self.applied = {"operator": "+".join(signature), "from_history": entry is not None}
-        if entry is None:
-            return
-        trials = int(entry["max_trials"])
-        if self.params["early_stop"] == "adaptive":
-            self.stopper = make_early_stop("adaptive", **{**params, "initial": trials})
-        else:
-            self.cap = trials
-        ratio = entry.get("kmeans_distance_ratio")
-        if self.params["sampler"] == "kmeans" and ratio is not None:
-            self.sampler = KMeansSampler(ratio, seed=self.params["seed"]) if ratio > 0 else None
+        self.applied = None
+        entry = None
+        if suggested is not None:
+            signature = operator_signature(context.mod)
+            entry = suggested.get(signature)
+            self.applied = {"operator": "+".join(signature), "from_history": entry is not None}
+        if entry is not None:
+            if self.params["early_stop"] == "adaptive":
+                early_stop_params["initial"] = int(entry["max_trials"])
+            else:
+                self.cap = int(entry["max_trials"])
+            suggested_ratio = entry.get("kmeans_distance_ratio")
+            if ratio is not None and suggested_ratio is not None:
+                ratio = suggested_ratio or None  # 0: no ratio was safe, measure every candidate
+        self._make_components(early_stop_params, ratio)
 
     # -- MetaSchedule hooks -------------------------------------------------------
     def _initialize_with_tune_context(self, context: Any) -> None:

@@ -63,6 +63,38 @@ MARK = "task_scheduling"
 SCHEDULERS = ("gradient", "round-robin", "ucb")
 
 
+@derived_object
+class _Measured(ms.runner.PyRunnerFuture):
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.value = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self.value
+
+
+@derived_object
+class AwaitingRunner(ms.runner.PyRunner):
+    """Measures a batch before handing it back, so no scheduler times a batch while the host builds the next.
+
+    On the loopback board the "device" is this host's CPU. MetaSchedule's
+    round-robin always overlaps the next batch's search and build with the
+    last batch's timing, its gradient rule mostly waits, and edgetune's UCB
+    waits on the embedded board: left alone, each scheduler's latencies would
+    be timed under a different load (the previous run of this benchmark).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def run(self, runner_inputs: list[Any]) -> list[Any]:
+        return [_Measured(future.result()) for future in self.inner.run(runner_inputs)]
+
+
 def extract(spec: str) -> tuple[Any, list[Any]]:
     model = load_model(spec)
     tasks = [
@@ -99,7 +131,8 @@ def tune_once(model, extracted, address, scheduler_name: str, seed: int, trials:
                 curve.append((time.monotonic() - started[0], total if math.isfinite(total) else math.nan))
 
     history = open_history(str(work / "history.db"), board_id="local")
-    scheduler = make_task_scheduler(scheduler_name, seed=seed)
+    # as `edgetune tune` on the embedded board: edgetune's schedulers await each batch (the board is this host's CPU)
+    scheduler = make_task_scheduler(scheduler_name, seed=seed, wait_for_results=True)
     with closing(WarmBuilder(timeout_sec=60)) as builder:
         runner = TrackerRunner(address, config=MeasureConfig(number=5, repeat=3, min_repeat_ms=20, evaluator="fixed"))
         builder.start()
@@ -108,7 +141,7 @@ def tune_once(model, extracted, address, scheduler_name: str, seed: int, trials:
             ms.tune_tasks(
                 tasks=contexts, task_weights=weights, work_dir=str(work / "logs"),
                 max_trials_global=trials, max_trials_per_task=trials, num_trials_per_iter=batch,
-                builder=builder, runner=runner, database=history,
+                builder=builder, runner=AwaitingRunner(runner), database=history,
                 cost_model=make_cost_model("xgb", seed=seed, num_cores=2),
                 measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(), Curve()],
                 task_scheduler=scheduler,
@@ -212,8 +245,13 @@ def report_text(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{meta['trials']} trials per run in batches of {meta['batch']} (a slot = one batch), evolutionary search (population 64), "
         "XGBoost cost model, WarmBuilder, TrackerRunner with fixed timing (number 5, repeat 3, min_repeat_ms 20), "
         "one loopback `LocalBoard`; per seed the three schedulers run in rotated order. UCB: edgetune defaults "
-        "(exploration bonus scaled by each task's share of the model latency, C = 1e-3; Laplace posterior, cost-aware slots, peak GFLOPS unknown). "
-        "Model latency = sum of weight x best mean latency of each task (defined once every task has a valid "
+        "(exploration bonus scaled by each task's share of the model latency, C = 1e-3; Laplace posterior, cost-aware slots, peak GFLOPS unknown"
+        + ("; each batch awaited before the next is built, as `edgetune tune` does on the embedded board). " if meta.get("ucb_awaits") else
+           "; batches overlapped: the next batch searched and built while the last one was timed). ")
+        + ("Every scheduler's batches are measured before the runner returns (AwaitingRunner), so no candidate is timed while the host builds the next batch. "
+           if meta.get("runner_awaits") else
+           "MetaSchedule's round-robin always times a batch while it builds the next; its gradient rule mostly waits (it tends to pick the task in flight again). ")
+        + "Model latency = sum of weight x best mean latency of each task (defined once every task has a valid "
         "measurement); end to end = the model compiled with the run's history, median of 5 x 10 runs on the board.",
         "",
         "| seed | scheduler | wall (s) | final model latency (ms) | end to end (ms) | time to best final + 5% (s) | time to this seed's gradient final (s) | scheduler decisions (s) |",
@@ -296,7 +334,7 @@ def main() -> int:
         runs, meta = saved["runs"], saved["meta"]
     else:
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-        meta = {"model": args.model, "trials": args.trials, "batch": args.batch, "seeds": args.seeds,
+        meta = {"model": args.model, "trials": args.trials, "batch": args.batch, "seeds": args.seeds, "ucb_awaits": True, "runner_awaits": True,
                 "load_start": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         began = time.time()
         load_tensor_intrinsics(TARGET)

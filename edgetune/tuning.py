@@ -483,6 +483,11 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             progress.started = time.monotonic()
             sink.on_phase(progress)
             per_task = profile.tuning.max_trials_per_task or remaining
+            scheduler_name = options.scheduler or profile.tuning.task_scheduler
+            # The embedded board is this host's CPU: a batch timed while the next one is
+            # searched and built comes out slow, so edgetune's schedulers never overlap them
+            # there. MetaSchedule's own schedulers cannot be told (None in the summary).
+            awaits = None if scheduler_name in ("gradient", "round-robin") else not options.tracker
             tune_started = time.monotonic()
             try:
                 with _stop_on_signals(stop):
@@ -514,7 +519,7 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                             ms.measure_callback.UpdateCostModel(),
                         ],
                         task_scheduler=make_task_scheduler(
-                            options.scheduler or profile.tuning.task_scheduler, peak_gflops=profile.device.peak_gflops, seed=profile.tuning.seed
+                            scheduler_name, peak_gflops=profile.device.peak_gflops, seed=profile.tuning.seed, wait_for_results=awaits
                         ),
                     )
             except BaseException:
@@ -555,7 +560,8 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
                 else None,
                 "num_trials_per_iter": per_iter,
                 "cost_model": profile.tuning.cost_model,
-                "task_scheduler": options.scheduler or profile.tuning.task_scheduler,
+                "task_scheduler": scheduler_name,
+                "scheduler_awaits_measurements": awaits,
             },
             "measurement": _measurement_summary(profile, runner),
             "measurement_reduction": {

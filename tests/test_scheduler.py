@@ -30,6 +30,7 @@ from edgetune.search.scheduler import (
     SlotBandit,
     SoftmaxTaskScheduler,
     UCBTaskScheduler,
+    _SlotScheduler,
     best_so_far,
     log_power,
     segment_start,
@@ -367,6 +368,27 @@ def test_pipelined_choices_wait_for_a_running_task_before_choosing_it_again():
     assert counts[32] >= 0.5 * 160, counts
 
 
+def test_awaiting_schedulers_observe_every_batch_before_the_next_choice():
+    """``wait_for_results=True`` (the embedded board): no batch is in flight while the next one is chosen and built."""
+    curves = {16: saturates_early, 32: keeps_improving, 48: saturates_early}
+    seen_before_choice = []
+
+    class Recording(SlotBandit):
+        def choose(self, alive):
+            seen_before_choice.append(sum(len(a.latencies_ms) for a in self.arms))
+            return super().choose(alive)
+
+    @derived_object
+    class AwaitingUCB(_SlotScheduler):  # UCB's policy, with a bandit that records what it had seen
+        _bandit_class = Recording
+
+    scheduler = AwaitingUCB(cost_aware=False, wait_for_results=True)
+    counts = _tune_fake(scheduler, {}, curves, budget=160, per_task=100, ready=False)
+    assert sum(counts.values()) == 160
+    # the n-th choice (from 0) comes after all n batches before it were observed
+    assert seen_before_choice == [4 * n for n in range(40)]
+
+
 def test_metaschedule_terminated_tasks_are_not_chosen_again():
     curves = {16: keeps_improving, 32: keeps_improving, 48: keeps_improving}
     scheduler = UCBTaskScheduler(cost_aware=False)
@@ -424,6 +446,8 @@ def test_tune_with_ucb_end_to_end(tmp_path, loopback_board):
     assert summary["trials"]["this_run"] >= 20
     assert all(task["trials_this_run"] >= 1 for task in summary["tasks"])
     assert summary["end_to_end"]["outputs_match"] is True
+    # a board reached through a tracker is another machine (here, stands in for one): batches overlap
+    assert summary["search"]["scheduler_awaits_measurements"] is False
 
 
 def test_unknown_hyperparameters_fail_at_construction():
@@ -457,3 +481,50 @@ def test_the_bonus_is_scaled_by_the_share_of_the_model_latency():
         assert sum(shares.values()) == pytest.approx(1.0) and max(shares[k] for k in (2, 3, 4)) < 0.005
     assert tiny_slots["share"] == 3, tiny_slots  # their first slots only
     assert tiny_slots["absolute"] >= 10, tiny_slots
+
+
+# ---------------------------------------------------------------------------
+# benchmarks/task_scheduling_traces.py: replay and hindsight optimum
+# ---------------------------------------------------------------------------
+def _traces_module():
+    import importlib
+    import sys
+    from pathlib import Path
+
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    return importlib.import_module("task_scheduling_traces")
+
+
+def _trace(*tasks):
+    """A trace from per-task lists of (latency ms, seconds) slots of one trial each."""
+    return {
+        "seed": 0, "weights": [1.0] * len(tasks), "flops": [1e9] * len(tasks),
+        "task_names": [f"t{k}" for k in range(len(tasks))],
+        "slots": [[{"latencies_ms": [lat], "seconds": sec} for lat, sec in task] for task in tasks],
+    }
+
+
+def test_hindsight_optimum_finds_the_cheapest_allocation_even_behind_a_late_jump():
+    """Task 1 pays off only in its third slot: greedy on the next slot misses it, the exact optimum does not."""
+    traces = _traces_module()
+    trace = _trace([(10, 1), (5, 1), (4, 1)], [(10, 2), (9, 2), (1, 2)])
+    # goal 11: only "task 0 once + task 1 three times" (10 + 1) reaches it cheaply: 1 + 6 s, 4 trials
+    assert traces.hindsight_cost(trace, 11.0, "seconds") == pytest.approx(7.0)
+    assert traces.hindsight_cost(trace, 11.0, "trials") == 4
+    # goal 14: task 0 three times, task 1 once (4 + 10): 5 s, cheaper than twice each (5 + 9, 6 s)
+    assert traces.hindsight_cost(trace, 14.0, "seconds") == pytest.approx(5.0)
+    assert traces.hindsight_cost(trace, 0.5, "seconds") == math.inf
+
+
+def test_replayed_schedulers_get_exactly_the_recorded_slots():
+    traces = _traces_module()
+    trace = _trace([(10, 1), (5, 1), (4, 1)], [(10, 2), (9, 2), (1, 2)])
+    run = traces.round_robin(trace, budget=4, seed=0)
+    assert run.used == [2, 2] and run.seconds == pytest.approx(6.0)
+    assert [point[2] for point in run.curve] == [20.0, 15.0, 14.0]
+    # gradient: one round-robin round, then weight * (0.8 * best / rounds): 0.8*10/1 for both, lowest id first
+    run = traces.gradient(trace, budget=6, seed=0)
+    assert run.used == [3, 3] and run.curve[-1][2] == 5.0
+    assert run.reached(14.0, 1) == 4 and run.reached(3.0, 1) == math.inf

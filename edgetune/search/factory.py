@@ -115,7 +115,16 @@ def early_stop_params(tuning: Any) -> dict[str, float]:
 def make_task_scheduler(name: str, *, peak_gflops: float | None = None, seed: int = 0, **params: Any) -> Any:
     """``gradient`` (MetaSchedule's default), ``round-robin``, or edgetune's
     ``ucb`` / ``epsilon-greedy`` / ``softmax`` (:mod:`edgetune.search.scheduler`;
-    ``params`` are their hyperparameters, ignored by the stock two)."""
+    ``params`` are their hyperparameters, ignored by the stock two).
+
+    ``wait_for_results=True`` (a ``params`` key) makes edgetune's schedulers
+    await each batch's measurements before the next batch is searched and
+    built. ``edgetune tune`` sets it for the embedded loopback board, whose
+    device is this host's CPU: there, candidates timed while the host compiles
+    the next batch come out slow (benchmarks/RESULTS.md, trace replay section).
+    The stock schedulers cannot be told: round-robin always overlaps; gradient
+    mostly does not, because it tends to pick the task still in flight again
+    and then waits for it."""
     _check("task_scheduler", name, TASK_SCHEDULERS)
     if name in ("gradient", "round-robin"):
         return ms.task_scheduler.TaskScheduler.create(name)

@@ -506,20 +506,23 @@ class _SlotScheduler(PyTaskScheduler):
     whose batch is still running, that batch is awaited and the choice made
     again with its results. ``wait_for_results=True`` awaits every batch before
     each decision (no overlap: slower, but on a loopback board no candidate is
-    timed while the host CPU builds the next batch).
+    timed while the host CPU builds the next batch; ``edgetune tune`` uses it
+    for its embedded board).
 
     A task MetaSchedule terminated (budget reached, or its search strategy
     returned no candidates, e.g. an early stop) is never chosen again.
     """
 
     _policy = "ucb"
+    #: the decision logic; a subclass may swap in another ``SlotBandit`` (benchmarks record traces this way)
+    _bandit_class: type[SlotBandit] = SlotBandit
 
     def __init__(self, *, wait_for_results: bool = False, **params: Any) -> None:
         super().__init__()
         self.wait_for_results = wait_for_results
         self.params = params
         try:  # fail at construction (profile load, flag parsing), not mid-tuning
-            SlotBandit([1.0], [1.0], policy=self._policy, **params)
+            self._bandit_class([1.0], [1.0], policy=self._policy, **params)
         except TypeError as error:
             raise SchedulerError(f"{type(self).__name__} hyperparameters must be keywords of SlotBandit, {error}") from None
         self.bandit_: SlotBandit | None = None
@@ -532,7 +535,7 @@ class _SlotScheduler(PyTaskScheduler):
         now = time.monotonic()
         tasks = self._outer().tasks_  # type: ignore[attr-defined]
         if self.bandit_ is None or len(self.bandit_.arms) != len(tasks) or self._fresh_run(tasks):
-            self.bandit_ = SlotBandit([t.flop for t in tasks], [t.task_weight for t in tasks], policy=self._policy, **self.params)
+            self.bandit_ = self._bandit_class([t.flop for t in tasks], [t.task_weight for t in tasks], policy=self._policy, **self.params)
             self._inflight, self._returned = {}, None
             self.decision_seconds_ = 0.0
         bandit = self.bandit_

@@ -475,6 +475,11 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
         interrupted = False
         tune_seconds = 0.0
         warm = WarmStartReport()
+        scheduler_name = options.scheduler or profile.tuning.task_scheduler
+        # The embedded board is this host's CPU: a batch timed while the next one is
+        # searched and built comes out slow, so edgetune's schedulers never overlap them
+        # there. MetaSchedule's own schedulers cannot be told (None in the summary).
+        awaits = None if scheduler_name in ("gradient", "round-robin") else not options.tracker
         if remaining > 0 and contexts:
             progress.phase = "starting build workers"
             sink.on_phase(progress)
@@ -483,11 +488,6 @@ def run_tune(options: TuneOptions, sink: ProgressSink | None = None) -> dict[str
             progress.started = time.monotonic()
             sink.on_phase(progress)
             per_task = profile.tuning.max_trials_per_task or remaining
-            scheduler_name = options.scheduler or profile.tuning.task_scheduler
-            # The embedded board is this host's CPU: a batch timed while the next one is
-            # searched and built comes out slow, so edgetune's schedulers never overlap them
-            # there. MetaSchedule's own schedulers cannot be told (None in the summary).
-            awaits = None if scheduler_name in ("gradient", "round-robin") else not options.tracker
             tune_started = time.monotonic()
             try:
                 with _stop_on_signals(stop):

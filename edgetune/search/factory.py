@@ -122,9 +122,8 @@ def make_task_scheduler(name: str, *, peak_gflops: float | None = None, seed: in
     built. ``edgetune tune`` sets it for the embedded loopback board, whose
     device is this host's CPU: there, candidates timed while the host compiles
     the next batch come out slow (benchmarks/RESULTS.md, trace replay section).
-    The stock schedulers cannot be told: round-robin always overlaps; gradient
-    mostly does not, because it tends to pick the task still in flight again
-    and then waits for it."""
+    The stock schedulers cannot be told: both time a batch while the next one
+    is built (round-robin always, gradient whenever it picks another task)."""
     _check("task_scheduler", name, TASK_SCHEDULERS)
     if name in ("gradient", "round-robin"):
         return ms.task_scheduler.TaskScheduler.create(name)

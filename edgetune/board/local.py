@@ -5,7 +5,8 @@ edgetune starts both here, measures through them exactly as through a real
 board, and stops them at exit. Both listen on 127.0.0.1 only (TVM's RPC is
 unauthenticated). Each runs in its own session (process group), and is stopped
 by signalling the whole group: killing only the parent would leave TVM's
-``popen_worker`` children behind.
+``popen_worker`` children behind. Both run under ``orphan_guard``, which
+kills the group if edgetune dies without stopping them (``kill -9``).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ class LocalBoard:
         log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - owned by the child
         try:
             return subprocess.Popen(
-                [sys.executable, "-m", *args],
+                # orphan_guard: the group dies with this process even if stop() never runs
+                [sys.executable, "-m", "edgetune.board.orphan_guard", str(os.getpid()), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -690,7 +690,7 @@ def report(results: dict[str, list[dict[str, Any]]], meta: dict[str, Any], write
         for m in msgs[:4]:
             samples.append(f"- {config}: `{m}`")
     stock_timeout = results["stock"][0].get("stock_builder_timeout_sec")
-    command = "cd /work/main && /work/venv/bin/python benchmarks/builder_runner_overhead.py " + " ".join(
+    command = "python benchmarks/builder_runner_overhead.py " + " ".join(
         shlex.quote(x) for x in meta["argv"]
     )
     body = f"""## Builder/runner host overhead: stock MetaSchedule vs edgetune

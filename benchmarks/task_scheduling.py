@@ -239,7 +239,7 @@ def report_text(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Date: {meta['date']}. Machine: {os.cpu_count()} CPUs, {platform.platform()}, TVM {tvm.__version__}. "
         f"Load average {meta['load_start']:.2f} at start, {meta['load_end']:.2f} at end (shared machine); whole run {meta['minutes']:.1f} min.",
         "",
-        f"Reproduce: `cd /work/main && /work/venv/bin/python benchmarks/task_scheduling.py --model {meta['model']} "
+        f"Reproduce: `python benchmarks/task_scheduling.py --model {meta['model']} "
         f"--trials {meta['trials']} --batch {meta['batch']} --seeds {' '.join(map(str, meta['seeds']))} --write-results`",
         "",
         f"Setup: `{meta['model']}` ({tasks} tuning tasks, weights = occurrences), target `{{\"kind\": \"llvm\", \"num-cores\": 2}}`, "

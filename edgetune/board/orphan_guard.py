@@ -6,7 +6,9 @@ at exit and on Ctrl-C or SIGTERM, but a parent killed with SIGKILL, or a script
 that lacks edgetune's signal handlers, never gets to run it, and the board
 would keep its ports until someone found it. A daemon thread here notices that
 the parent has gone (this process was re-parented) and SIGKILLs the whole
-group: the tracker and server hold nothing worth a clean exit.
+group: the tracker and server hold nothing worth a clean exit. The thread only
+sleeps and reads the parent pid, so the server's per-session ``fork()`` (which
+copies the calling thread only) is as safe as without it.
 
 Usage: ``python -m edgetune.board.orphan_guard PARENT_PID MODULE [ARG ...]``
 """

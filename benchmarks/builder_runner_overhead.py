@@ -156,8 +156,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     t_tune = time.perf_counter()
     if args.one == "edgetune":
         from edgetune.board.tracker import TrackerAddress
-        from edgetune.build.builder import WarmBuilder
-        from edgetune.build.intrinsics import load_tensor_intrinsics
+        from edgetune.builder.builder import WarmBuilder
+        from edgetune.builder.intrinsics import load_tensor_intrinsics
         from edgetune.measure.runner import MeasureConfig, TrackerRunner
 
         load_tensor_intrinsics(target)

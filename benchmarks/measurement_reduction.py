@@ -53,8 +53,8 @@ import tvm.s_tir.meta_schedule as ms
 
 from _results import write_section
 from edgetune.board.local import LocalBoard
-from edgetune.build.builder import WarmBuilder
-from edgetune.build.intrinsics import load_tensor_intrinsics
+from edgetune.builder.builder import WarmBuilder
+from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.measure.runner import TrackerRunner
 from edgetune.profile.schema import MeasureSettings, TuningSettings
 from edgetune.search import make_cost_model, make_search_strategy

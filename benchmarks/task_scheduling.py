@@ -48,8 +48,8 @@ from tvm.ir.utils import derived_object
 
 from _results import write_section
 from edgetune.board.local import LocalBoard
-from edgetune.build.builder import WarmBuilder
-from edgetune.build.intrinsics import load_tensor_intrinsics
+from edgetune.builder.builder import WarmBuilder
+from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.deploy.compile import compile_model, export_model, run_on_board
 from edgetune.history import open_history
 from edgetune.measure.runner import MeasureConfig, TrackerRunner

@@ -83,8 +83,8 @@ def record(args: argparse.Namespace) -> int:
     from tvm.ir.utils import derived_object
 
     from edgetune.board.local import LocalBoard
-    from edgetune.build.builder import WarmBuilder
-    from edgetune.build.intrinsics import load_tensor_intrinsics
+    from edgetune.builder.builder import WarmBuilder
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.history import open_history
     from edgetune.measure.runner import MeasureConfig, TrackerRunner
     from edgetune.search import make_cost_model, make_search_strategy

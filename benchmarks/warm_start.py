@@ -45,8 +45,8 @@ from tvm.ir.utils import derived_object
 
 from _results import write_section
 from edgetune.board.local import LocalBoard
-from edgetune.build.builder import WarmBuilder
-from edgetune.build.intrinsics import load_tensor_intrinsics
+from edgetune.builder.builder import WarmBuilder
+from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.history.warmstart import warm_start
 from edgetune.measure.runner import MeasureConfig, TrackerRunner

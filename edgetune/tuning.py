@@ -2,7 +2,7 @@
 
 :func:`run_tune` is what ``edgetune tune`` runs. It drives MetaSchedule's own
 task scheduler through its extension points: edgetune's builder
-(:class:`~edgetune.build.builder.WarmBuilder`), runner
+(:class:`~edgetune.builder.builder.WarmBuilder`), runner
 (:class:`~edgetune.measure.runner.TrackerRunner`), database
 (:class:`~edgetune.history.HistoryDatabase`) and measure callbacks. After
 tuning it compiles the model with the best records, runs untuned and tuned
@@ -32,14 +32,15 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from . import __version__
 from .board.local import LocalBoard
 from .board.tracker import TrackerAddress, check_device_available
-from .build.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
-from .build.intrinsics import load_tensor_intrinsics
+from .builder.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
+from .builder.intrinsics import load_tensor_intrinsics
 from .deploy.compile import compare_outputs, compile_model, export_model, run_on_board
 from .errors import BoardError, EdgetuneError, TargetError, TuningInterrupted
 from .history import open_history
 from .history.suggest import settings_by_operator, suggest_settings
 from .history.warmstart import WarmStartReport, operator_signature, warm_start
-from .measure.runner import FAILED_RUN_SECS, TrackerRunner
+from .common.failure import FAILED_RUN_SECS
+from .measure.runner import TrackerRunner
 from .profile import DeviceProfile
 from .search import make_cost_model, make_search_strategy, make_task_scheduler
 from .search.adaptive import SearchReport

@@ -13,8 +13,8 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from conftest import require_tool
-from edgetune.build.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
-from edgetune.build.intrinsics import families_for_target, load_tensor_intrinsics
+from edgetune.builder.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
+from edgetune.builder.intrinsics import families_for_target, load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.measure.runner import MeasureConfig, TrackerRunner
 from edgetune.tuning import CandidateCache

@@ -12,7 +12,7 @@ from tvm import te
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from conftest import run_cli
-from edgetune.build.intrinsics import load_tensor_intrinsics
+from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.history.suggest import _records_by_id, _replay_windows, sampling_ratio, settings_by_operator, suggest_settings
 from edgetune.search.adaptive import AdaptiveSearch, SearchReport

@@ -124,7 +124,7 @@ def test_surrogate_and_strategy_on_a_real_tune_context():
     import tvm.s_tir.meta_schedule as ms
     from tvm import te
 
-    from edgetune.build.intrinsics import load_tensor_intrinsics
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.search.adaptive import AdaptiveSearch, SearchReport
     from edgetune.search.surrogate import RandomForestModel
 

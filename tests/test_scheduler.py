@@ -20,7 +20,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
-from edgetune.build.intrinsics import load_tensor_intrinsics
+from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.errors import EdgetuneError
 from edgetune.profile import load_profile
 from edgetune.search import make_task_scheduler

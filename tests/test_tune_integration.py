@@ -203,7 +203,7 @@ def _history_of_two_task_types(db: Path) -> None:
     which task types have enough records does not depend on timing."""
     import tvm.s_tir.meta_schedule as ms
 
-    from edgetune.build.intrinsics import load_tensor_intrinsics
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.history import open_history
     from edgetune.history.warmstart import operator_signature
     from edgetune.profile import load_profile

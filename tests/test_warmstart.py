@@ -7,7 +7,7 @@ import tvm
 import tvm.s_tir.meta_schedule as ms
 from tvm import te
 
-from edgetune.build.intrinsics import load_tensor_intrinsics
+from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.history.warmstart import operator_signature, warm_start
 

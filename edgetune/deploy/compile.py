@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..board.tracker import TrackerAddress, request_session
-from ..build.builder import shared_library_linker
+from ..builder.builder import shared_library_linker
 from ..profile import DeviceProfile
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -41,15 +40,10 @@ from tvm.s_tir.schedule import Trace
 from tvm.target import Target
 
 from edgetune import __version__
+from edgetune.common.failure import FAILED_RUN_SECS, UNKNOWN_FAILURE, is_failed
 from edgetune.errors import HistoryError
 from edgetune.history.schema import SCHEMA_VERSION, meta, metadata, records, workloads
 
-#: MetaSchedule's stub run time for "no valid measurement" (AddToDatabase uses it).
-FAILED_RUN_SEC = 1e10
-#: Any run time at or above this is a failure stub, not a measurement.
-_FAILURE_THRESHOLD = 1e9
-#: Error text stored when a failed record is committed without a message.
-_UNKNOWN_FAILURE = "failed"
 #: File names MetaSchedule's JSONDatabase uses inside a work_dir.
 WORKLOAD_FILE = "database_workload.json"
 TUNING_RECORD_FILE = "database_tuning_record.json"
@@ -102,13 +96,6 @@ def _plain(obj: Any) -> Any:
 def _target_json(target: Target) -> str:
     """Canonical JSON of a target, as TuningRecord.as_json() writes it."""
     return _canonical(_plain(target.export()))
-
-
-def _is_failed(run_secs: Sequence[float] | None) -> bool:
-    """True when MetaSchedule committed a failure stub instead of run times."""
-    return not run_secs or any(
-        not math.isfinite(sec) or sec >= _FAILURE_THRESHOLD for sec in run_secs
-    )
 
 
 def _has_schedule(trace_json: Any) -> bool:
@@ -526,7 +513,7 @@ class HistoryDatabase(ms.database.PyDatabase):
     def _record_json(row: Row) -> list[Any]:
         """TuningRecord.as_json() layout; failed records read back with the failure stub."""
         failed = row.error is not None
-        run_secs = [FAILED_RUN_SEC] if failed else json.loads(row.run_secs_json or "null")
+        run_secs = [FAILED_RUN_SECS] if failed else json.loads(row.run_secs_json or "null")
         return [
             json.loads(row.trace_json),
             run_secs,
@@ -555,7 +542,7 @@ class HistoryDatabase(ms.database.PyDatabase):
 
     def _commit_record(self, record: TuningRecord, error: str | None) -> None:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
-        failed = error is not None or _is_failed(run_secs)
+        failed = error is not None or is_failed(run_secs)
         trace_text = _canonical(trace_json)
         update = {
             "run_secs_json": None if run_secs is None else _canonical(run_secs),
@@ -564,7 +551,7 @@ class HistoryDatabase(ms.database.PyDatabase):
                 if failed or not _has_schedule(trace_json)
                 else sum(run_secs) / len(run_secs)
             ),
-            "error": (error or _UNKNOWN_FAILURE) if failed else None,
+            "error": (error or UNKNOWN_FAILURE) if failed else None,
             "board_id": self._board_id,
             "tvm_version": tvm.__version__,
             "created_at": time.time(),
@@ -740,7 +727,7 @@ class HistoryDatabase(ms.database.PyDatabase):
         if row is None:
             return None
         if row.error is not None:
-            return [FAILED_RUN_SEC]
+            return [FAILED_RUN_SECS]
         return [float(sec) for sec in json.loads(row.run_secs_json)]
 
     def best_record(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import time
 from collections import defaultdict
@@ -33,6 +32,7 @@ import tvm
 from sqlalchemy.engine import Connection
 
 from edgetune import __version__
+from edgetune.common.failure import is_failed
 from edgetune.errors import HistoryError
 from edgetune.history.database import (
     TUNING_RECORD_FILE,
@@ -145,7 +145,7 @@ def _mean(run_secs_json: str | None) -> float | None:
         secs = [float(sec) for sec in json.loads(run_secs_json or "null")]
     except (TypeError, ValueError):
         return None
-    if not secs or any(not math.isfinite(sec) or sec >= 1e9 for sec in secs):
+    if is_failed(secs):
         return None
     return sum(secs) / len(secs)
 

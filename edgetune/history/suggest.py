@@ -136,7 +136,7 @@ def _replay_windows(tuning_records: list[Any], latencies: list[float | None], ba
     """Features of each window of ``batch`` records, as AdaptiveSearch computes them for a proposed batch."""
     from tvm.s_tir.meta_schedule import TuneContext
 
-    from edgetune.build.intrinsics import load_tensor_intrinsics
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.search.surrogate import CandidateFeatures
 
     if not tuning_records:

@@ -24,12 +24,10 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerInput
 from tvm.ir.utils import derived_object
 
 from ..board.tracker import TrackerAddress, request_session
-from ..build.builder import CACHED_ARTIFACT_PREFIX
+from ..builder.builder import CACHED_ARTIFACT_PREFIX
 from ..profile.schema import MeasureSettings
 from .adaptive import AdaptiveEvaluator, AdaptiveResult
 
-#: MetaSchedule treats run times at or above this as failures
-FAILED_RUN_SECS = 1e10
 
 
 #: the runner is configured by the profile's ``[measure]`` table as it is

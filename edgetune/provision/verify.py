@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..board.tracker import TrackerAddress, device_counts, request_session, tracker_summary
-from ..build.builder import shared_library_linker
+from ..builder.builder import shared_library_linker
 from ..errors import ProvisionError
 
 

@@ -50,6 +50,7 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
+from ..common.failure import is_valid_secs
 from .early_stop import EarlyStop, make_early_stop
 from .sampling import KMeansSampler
 from .surrogate import CandidateFeatures, mean_std_or_none
@@ -298,7 +299,7 @@ class AdaptiveSearch(PySearchStrategy):
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
         means = [float(np.mean([float(s) for s in r.run_secs])) for r in results if r.error_msg is None and r.run_secs]
-        throughputs = [1.0 / m for m in means if 0 < m < 1e9]
+        throughputs = [1.0 / m for m in means if is_valid_secs(m)]
         self.stopper.update(len(results), max(throughputs) if throughputs else None)
         self._task.early_stop_limit = self.stopper.limit
 

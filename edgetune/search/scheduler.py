@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
+from ..common.failure import FAILED_RUN_MS, is_failed, is_valid_ms
 from ..errors import SchedulerError
 
 #: policies of :class:`SlotBandit`, as named in profiles and on the command line
@@ -44,7 +45,6 @@ BONUSES = ("share", "absolute")
 POSTERIORS = ("laplace", "mcmc")
 
 #: MetaSchedule's latency for a failed candidate is at or above this (ms)
-_FAILED_MS = 1e8
 
 
 def _require(ok: bool, what: str, value: Any) -> None:
@@ -247,7 +247,7 @@ def best_so_far(latencies_ms: Sequence[float], flop: float) -> tuple[np.ndarray,
     xs, ys = [], []
     best = math.inf
     for i, ms in enumerate(latencies_ms, start=1):
-        if ms < _FAILED_MS and ms > 0:
+        if is_valid_ms(ms):
             best = min(best, ms)
         if best < math.inf:
             xs.append(float(i))
@@ -273,7 +273,7 @@ class _Arm:
 
     @property
     def best_ms(self) -> float:
-        valid = [v for v in self.latencies_ms if 0 < v < _FAILED_MS]
+        valid = [v for v in self.latencies_ms if is_valid_ms(v)]
         return min(valid) if valid else math.inf
 
 
@@ -487,8 +487,8 @@ def _check_policy_params(policy: str, exploration: float, epsilon: float, temper
 # MetaSchedule task schedulers
 # ---------------------------------------------------------------------------
 def _run_ms(result: Any) -> float:
-    if result.error_msg is not None or not result.run_secs:
-        return 1e9
+    if result.error_msg is not None or is_failed(result.run_secs):
+        return FAILED_RUN_MS
     return float(np.median([float(x) for x in result.run_secs])) * 1e3
 
 

@@ -25,8 +25,8 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-#: latency MetaSchedule reports for a failed candidate; scored as throughput 0
-_FAILED_SECS = 1e9
+#: at or above MetaSchedule's failure stub a candidate is scored as throughput 0
+from ..common.failure import FAILURE_THRESHOLD_SECS
 
 
 def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.ndarray:
@@ -83,7 +83,7 @@ class _Group:
     @property
     def targets(self) -> np.ndarray:
         costs = np.asarray(self.costs)
-        valid = costs < _FAILED_SECS
+        valid = costs < FAILURE_THRESHOLD_SECS
         best = costs[valid].min() if valid.any() else 1.0
         return np.where(valid, best / np.maximum(costs, 1e-30), 0.0)
 
@@ -151,9 +151,9 @@ class RandomForestModel(PyCostModel):
         group = self.groups_.setdefault(self._group_key(context), _Group())
         for row, result in zip(features, results):
             secs = [float(s) for s in (result.run_secs or [])]
-            cost = float(np.median(secs)) if secs and not result.error_msg else _FAILED_SECS
+            cost = float(np.median(secs)) if secs and not result.error_msg else FAILURE_THRESHOLD_SECS
             group.features.append(row)
-            group.costs.append(min(cost, _FAILED_SECS))
+            group.costs.append(min(cost, FAILURE_THRESHOLD_SECS))
         self._fit()
 
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:

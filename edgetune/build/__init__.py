@@ -1,1 +1,0 @@
-"""edgetune.build."""

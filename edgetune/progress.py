@@ -7,13 +7,12 @@ line is printed per measured batch so logs stay readable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from .tuning import ProgressSink, TaskProgress, TuneProgress
+from .tuning import SUMMARY_NAME, ProgressSink, TaskProgress, TuneProgress, TuneSummary
 
 
 def _fmt_us(seconds: float | None) -> str:
@@ -102,22 +101,22 @@ class RichProgress(ProgressSink):
                 highlight=False,
             )
 
-    def print_summary(self, summary: dict[str, Any], out_dir: Path) -> None:
+    def print_summary(self, summary: TuneSummary, out_dir: Path) -> None:
         """The final report, printed whether or not progress was shown."""
         console = Console(soft_wrap=True)  # results go to stdout
-        if not self.quiet and self._live is None and summary.get("tasks"):
+        if not self.quiet and self._live is None and summary.tasks:
             console.print(_task_table(_progress_from_summary(summary)))
-        trials = summary["trials"]
+        trials, seconds = summary.trials, summary.seconds
         console.print(
-            f"trials: {trials['this_run']} this run ({trials['measured_on_device']} measured on the device, "
-            f"{trials['served_from_history']} from history, {trials['failed']} failed), "
-            f"{trials['in_history_before']} in history before; device time {summary['seconds']['device']:.1f} s, "
-            f"tuning wall clock {summary['seconds']['tuning_wall']:.1f} s",
+            f"trials: {trials.this_run} this run ({trials.measured_on_device} measured on the device, "
+            f"{trials.served_from_history} from history, {trials.failed} failed), "
+            f"{trials.in_history_before} in history before; device time {seconds.device:.1f} s, "
+            f"tuning wall clock {seconds.tuning_wall:.1f} s",
             highlight=False,
         )
         for line in _savings_lines(summary):
             console.print(line, highlight=False)
-        warm = summary.get("warm_start")
+        warm = summary.warm_start
         if warm and (warm["same_task"] or warm["similar_task"] or warm["other_board"]):
             console.print(
                 f"warm start: cost model trained on {warm['same_task'] + warm['similar_task'] + warm['other_board']} "
@@ -125,46 +124,44 @@ class RichProgress(ProgressSink):
                 f"shapes, {warm['other_board']} from other boards)",
                 highlight=False,
             )
-        suggested = summary.get("suggested")
+        suggested = summary.suggested
         if suggested and suggested.get("message"):
             console.print(suggested["message"], highlight=False)
-        e2e = summary.get("end_to_end")
+        e2e = summary.end_to_end
         if e2e:
             console.print(
-                f"end to end on the device: untuned {e2e['untuned_latency']['median_ms']:.3f} ms, "
-                f"tuned {e2e['tuned_latency']['median_ms']:.3f} ms (x{e2e['speedup']:.2f}); "
-                f"outputs match (max abs diff {e2e['max_abs_diff']:.2g})",
+                f"end to end on the device: untuned {e2e.untuned_ms:.3f} ms, "
+                f"tuned {e2e.tuned_ms:.3f} ms (x{e2e.speedup:.2f}); "
+                f"outputs match (max abs diff {e2e.max_abs_diff:.2g})",
                 highlight=False,
             )
-            console.print(f"artifact: {e2e['artifact']}", highlight=False)
-        console.print(f"summary: {out_dir / 'summary.json'}; history: {summary['history']}", highlight=False)
+            console.print(f"artifact: {e2e.artifact}", highlight=False)
+        console.print(f"summary: {out_dir / SUMMARY_NAME}; history: {summary.history}", highlight=False)
 
 
-def _progress_from_summary(summary: dict[str, Any]) -> TuneProgress:
-    tasks = []
-    for item in summary["tasks"]:
-        best = item["best_latency_us"]
-        tasks.append(
-            TaskProgress(
-                index=item["index"],
-                name=item["name"],
-                weight=item["weight"],
-                flops=item["flops"],
-                previous_trials=item["trials_before"],
-                trials=item["trials_this_run"],
-                failed=item["failed_this_run"],
-                best_sec=None if best is None else best / 1e6,
-            )
+def _progress_from_summary(summary: TuneSummary) -> TuneProgress:
+    tasks = [
+        TaskProgress(
+            index=item.index,
+            name=item.name,
+            weight=item.weight,
+            flops=item.flops,
+            previous_trials=item.trials_before,
+            trials=item.trials_this_run,
+            failed=item.failed_this_run,
+            best_sec=None if item.best_latency_us is None else item.best_latency_us / 1e6,
         )
-    progress = TuneProgress(budget=summary["trials"]["budget"], tasks=tasks)
+        for item in summary.tasks
+    ]
+    progress = TuneProgress(budget=summary.trials.budget, tasks=tasks)
     progress.phase = "done"
     return progress
 
 
-def _savings_lines(summary: dict[str, Any]) -> list[str]:
+def _savings_lines(summary: TuneSummary) -> list[str]:
     """What the measurement-reducing components saved, one line each."""
     lines = []
-    measurement = summary.get("measurement") or {}
+    measurement = summary.measurement or {}
     if measurement.get("evaluator") == "adaptive" and measurement.get("candidates"):
         lines.append(
             f"adaptive evaluator: {measurement['mean_runs_per_candidate']:.0f} runs per candidate on average "
@@ -172,7 +169,7 @@ def _savings_lines(summary: dict[str, Any]) -> list[str]:
             f"{measurement['stopped_by_cap']} at the {measurement['max_runs']}-run cap); per-candidate log: "
             f"{measurement['log']}"
         )
-    reduction = summary.get("measurement_reduction")
+    reduction = summary.measurement_reduction
     if reduction and reduction.get("proposed"):
         parts = []
         if reduction["sampler"] != "none":

@@ -79,25 +79,27 @@ def source_from_run_dir(run_dir: Path) -> DeploySource:
             f"RUN_DIR must be the output of `edgetune tune` (with {SUMMARY} and {ARTIFACT}), got no {missing} instead; "
             "create it with: edgetune tune --model M --profile P --out RUN_DIR"
         )
+    from ..tuning.summary import TuneSummary
+
     try:
-        summary = json.loads(summary_path.read_text())
-        model = summary["model"]
+        summary = TuneSummary.load(summary_path)
+        if summary.model is None:
+            raise KeyError("model")
     except (ValueError, KeyError, TypeError) as error:
         raise DeployInputError(f"{summary_path} must be a tune summary, got unreadable JSON instead ({error})") from None
-    end = summary.get("end_to_end") or {}
-    history = summary.get("history")
+    end = summary.end_to_end
     return DeploySource(
         artifact=artifact,
-        model_source=model["source"],
-        model_name=model["name"],
-        model_sha256=model["sha256"],
-        profile=summary.get("profile", ""),
-        target=summary.get("target"),
-        tvm_version=summary.get("tvm_version", ""),
-        history=history,
-        history_digest=history_digest(history),
-        tuned_latency=end.get("tuned_latency"),
-        untuned_latency=end.get("untuned_latency"),
+        model_source=summary.model.source,
+        model_name=summary.model.name,
+        model_sha256=summary.model.sha256,
+        profile=summary.profile,
+        target=summary.target,
+        tvm_version=summary.tvm_version,
+        history=summary.history,
+        history_digest=history_digest(summary.history),
+        tuned_latency=end.tuned_latency if end else None,
+        untuned_latency=end.untuned_latency if end else None,
     )
 
 

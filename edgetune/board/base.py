@@ -1,0 +1,125 @@
+"""Where candidates run: a :class:`Board` is opened, gives a tracker address, and is closed.
+
+The tuning loop talks to every board the same way (through a TVM tracker and
+a device key) and never asks which kind it has. Two kinds exist today:
+
+* :class:`TrackerBoard`: boards already registered with a tracker under a key
+  (``--tracker HOST:PORT --key KEY``, or a provisioned board).
+* :class:`EmbeddedBoard`: edgetune's own loopback tracker and RPC server on
+  this machine, standing in for a board (the default of ``edgetune tune``).
+
+A farm of several boards under one key is a :class:`TrackerBoard` too: the
+tracker hands out its devices.
+
+Lifecycle, in call order: :meth:`Board.check_profile` (before anything is
+started: a profile the board cannot run is bad input), :meth:`Board.open`
+(returns the tracker address), :meth:`Board.close` (safe to call twice).
+Boards are context managers: ``with board as address: ...``.
+"""
+
+from __future__ import annotations
+
+import platform
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from ..errors import BoardError
+from .tracker import TrackerAddress, check_device_available
+
+
+class Board(ABC):
+    """Where candidates are measured, as the tuning loop sees it."""
+
+    #: shown in progress and written to the summary's ``board.label``
+    label: str = "board"
+
+    @property
+    def awaits_measurements(self) -> bool:
+        """True when the device shares this host's CPU, so timing a batch while the next is built skews it."""
+        return False
+
+    def check_profile(self, profile: Any) -> None:
+        """Raise :class:`~edgetune.errors.BoardError` if this board cannot run the profile's code."""
+
+    @abstractmethod
+    def open(self) -> TrackerAddress:
+        """Make the board ready; return the tracker address candidates are measured through."""
+
+    def close(self) -> None:
+        """Release what :meth:`open` started. Safe to call twice."""
+
+    def __enter__(self) -> TrackerAddress:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TrackerBoard(Board):
+    """One or more devices already registered with a TVM tracker under a key."""
+
+    def __init__(self, address: TrackerAddress) -> None:
+        self.address = address
+        self.label = f"tracker {address.host}:{address.port}"
+
+    @classmethod
+    def parse(cls, tracker: str, key: str) -> "TrackerBoard":
+        """From ``--tracker HOST:PORT`` and ``--key``."""
+        return cls(TrackerAddress.parse(tracker, key))
+
+    def open(self) -> TrackerAddress:
+        check_device_available(self.address)
+        return self.address
+
+
+class EmbeddedBoard(Board):
+    """A loopback tracker and RPC server on this machine (see :mod:`edgetune.board.local`)."""
+
+    label = "loopback board (embedded)"
+
+    def __init__(self, key: str = "local", num_threads: int = 0, log_dir: str | Path | None = None) -> None:
+        self.key = key
+        self.num_threads = num_threads
+        self.log_dir = log_dir
+        self._local: Any = None
+
+    @property
+    def awaits_measurements(self) -> bool:
+        return True
+
+    def check_profile(self, profile: Any) -> None:
+        check_runnable_on_host(profile)
+
+    def open(self) -> TrackerAddress:
+        from .local import LocalBoard
+
+        if self._local is None:
+            self._local = LocalBoard(key=self.key, num_threads=self.num_threads, log_dir=self.log_dir)
+        return self._local.start()
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.stop()
+
+    @property
+    def pids(self) -> list[int]:
+        """Process-group ids of the running tracker and server (empty when closed)."""
+        return self._local.pids if self._local is not None else []
+
+
+def check_runnable_on_host(profile: Any) -> None:
+    """The embedded board runs code for this host's CPU only."""
+    if profile.rpc.device != "cpu" or profile.is_cross_compiled or profile.device.arch not in ("", platform.machine()):
+        raise BoardError(
+            f"profile '{profile.name}' targets {profile.device.arch} ({profile.rpc.device}); the built-in "
+            f"loopback board runs {platform.machine()} CPU code only: pass --tracker HOST:PORT "
+            f"(and --key) of a real board, or use --profile host"
+        )
+
+
+def board_for(profile: Any, tracker: str | None, key: str, log_dir: str | Path | None = None) -> Board:
+    """The board ``edgetune tune`` uses: the tracker's devices under ``key``, or the embedded board."""
+    if tracker:
+        return TrackerBoard.parse(tracker, key)
+    return EmbeddedBoard(key=key, num_threads=profile.device.num_threads, log_dir=log_dir)

@@ -1,0 +1,52 @@
+"""Resume: serve already-measured candidates from the history instead of building and measuring them again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CandidateCache:
+    """Scheduled-module hash -> stored run times, for the tasks of this run.
+
+    Built from the history before tuning: each stored trace is replayed on its
+    workload and the resulting module hashed exactly as the builder hashes the
+    candidates it is asked to build. A hit is neither built nor measured.
+    """
+
+    def __init__(self) -> None:
+        self._run_secs: dict[str, list[float]] = {}
+
+    @staticmethod
+    def key(mod: Any) -> str:
+        import tvm_ffi
+
+        return str(tvm_ffi.structural_hash(mod))
+
+    def add_history(self, history: Any, workload_mod: Any, target: Any) -> int:
+        """Index every record of ``workload_mod`` on ``target``; return how many."""
+        from tvm.s_tir import Schedule
+
+        workload = history.commit_workload(workload_mod)
+        history.set_target_filter(target)
+        try:
+            records = history.get_top_k(workload, 1 << 30)
+        finally:
+            history.set_target_filter(None)
+        for record in records:
+            sch = Schedule(workload.mod)
+            try:
+                record.trace.apply_to_schedule(sch, remove_postproc=False)
+            except Exception:  # a trace from another TVM version: just measure again
+                continue
+            self._run_secs[self.key(sch.mod)] = [float(x) for x in record.run_secs]
+        return len(records)
+
+    def lookup_mod(self, mod: Any) -> str | None:
+        key = self.key(mod)
+        return key if key in self._run_secs else None
+
+    def lookup_key(self, key: str) -> list[float] | None:
+        return self._run_secs.get(key)
+
+    def __len__(self) -> int:
+        return len(self._run_secs)

@@ -1,0 +1,110 @@
+"""Measure callbacks: commit every result to the history (errors included) and report progress."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm.s_tir.meta_schedule as ms
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+from ..builder.builder import CACHED_ARTIFACT_PREFIX
+from ..common.failure import FAILED_RUN_SECS
+from .progress import ProgressSink, TaskProgress, TuneProgress
+from .signals import StopRequested
+
+
+@derived_object
+class RecordAndReport(PyMeasureCallback):
+    """Commit every result (with its error text) and report progress.
+
+    Replaces the stock ``AddToDatabase`` + ``RemoveBuildArtifact`` pair so that
+    failures are stored with their message, not only as MetaSchedule's 1e10
+    sentinel. Also where a requested stop (Ctrl-C, ``kill``) takes effect: after the
+    batch's records are safely committed.
+    """
+
+    def __init__(
+        self,
+        history: Any,
+        contexts: list[Any],
+        progress: TuneProgress,
+        sink: ProgressSink,
+        stop: threading.Event,
+        runner: Any = None,
+        measurement_log: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.history = history
+        self.contexts = contexts
+        self.progress = progress
+        self.sink = sink
+        self.stop = stop
+        self.runner = runner
+        self.measurement_log = measurement_log
+
+    def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
+        ctx = self.contexts[task_id]
+        task = self.progress.tasks[task_id]
+        workload = self.history.commit_workload(ctx.mod)
+        for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
+            error = built.error_msg or ran.error_msg
+            run_secs = None if error else [float(x) for x in ran.run_secs]
+            record = ms.database.TuningRecord(
+                candidate.sch.trace,
+                workload,
+                run_secs if run_secs is not None else [FAILED_RUN_SECS],
+                ctx.target,
+                candidate.args_info,
+            )
+            if error:
+                self.history.commit_tuning_record_with_error(record, str(error))
+                task.failed += 1
+            else:
+                self.history.commit_tuning_record(record)
+                mean = float(np.mean(run_secs))
+                if task.best_sec is None or mean < task.best_sec:
+                    task.best_sec = mean
+            task.trials += 1
+            self.progress.done += 1
+            artifact = built.artifact_path
+            if artifact and not str(artifact).startswith(CACHED_ARTIFACT_PREFIX):
+                self._log_measurement(task, str(artifact), run_secs)
+                remove_artifact(str(artifact))
+        self.progress.record_batch(task)
+        self.sink.on_batch(self.progress, task)
+        if self.stop.is_set():
+            raise StopRequested("stop requested")
+
+    def _log_measurement(self, task: TaskProgress, artifact: str, run_secs: list[float] | None) -> None:
+        """Append how the adaptive evaluator measured this candidate (runs used, final CV)."""
+        log = getattr(self.runner, "adaptive_log", None)
+        adaptive = log.pop(artifact, None) if log is not None else None
+        if adaptive is None or self.measurement_log is None:
+            return
+        line = {
+            "task": task.name,
+            "runs": adaptive.runs,
+            "micro_batches": adaptive.micro_batches,
+            "cv": round(adaptive.cv, 5) if math.isfinite(adaptive.cv) else None,
+            "stopped_by": adaptive.stopped_by,
+            "mean_us": round(adaptive.mean_sec * 1e6, 3),
+            "recorded": run_secs is not None,
+        }
+        with open(self.measurement_log, "a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+
+def remove_artifact(path: str) -> None:
+    """Delete a built candidate and its (per-candidate) directory; already gone is fine."""
+    try:
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass

@@ -1,0 +1,44 @@
+"""After tuning: compile the model with the best records, run tuned and untuned builds on the device, compare."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..board.tracker import TrackerAddress
+from ..deploy.compile import compare_outputs, compile_model, export_model, run_on_board
+from ..errors import TargetError
+from ..profile import DeviceProfile
+from ..tasks import LoadedModel
+from .summary import EndToEnd
+
+ARTIFACT_NAME = "model.so"
+UNTUNED_ARTIFACT_NAME = "model-untuned.so"
+
+
+def evaluate_end_to_end(
+    model: LoadedModel, profile: DeviceProfile, target: Any, history: Any, address: TrackerAddress, out_dir: Path
+) -> EndToEnd:
+    """Build ``model.so`` (tuned) and ``model-untuned.so``, time both on the device, check their outputs agree."""
+    tuned_path = export_model(compile_model(model.mod, target, history), out_dir / ARTIFACT_NAME, profile)
+    untuned_path = export_model(compile_model(model.mod, target), out_dir / UNTUNED_ARTIFACT_NAME, profile)
+    inputs = [model.random_inputs(seed=0)[spec.name] for spec in model.inputs]
+    timing = dict(number=profile.measure.number, repeat=max(profile.measure.repeat, 3), min_repeat_ms=profile.measure.min_repeat_ms)
+    untuned = run_on_board(address, profile.rpc.device, untuned_path, inputs, **timing)
+    tuned = run_on_board(address, profile.rpc.device, tuned_path, inputs, **timing)
+    match, max_diff = compare_outputs(untuned.outputs, tuned.outputs)
+    if not match:
+        raise TargetError(
+            f"tuned build's outputs differ from the untuned build's on the device (max abs diff {max_diff:.3g}); "
+            f"the artifact is kept at {tuned_path} for inspection"
+        )
+    return EndToEnd(
+        artifact=str(tuned_path),
+        untuned_artifact=str(untuned_path),
+        untuned_latency=untuned.latency.to_dict(),
+        tuned_latency=tuned.latency.to_dict(),
+        speedup=untuned.latency.median_ms / tuned.latency.median_ms if tuned.latency.median_ms else math.nan,
+        outputs_match=match,
+        max_abs_diff=max_diff,
+    )

@@ -1,0 +1,471 @@
+"""The tuning pipeline: profile -> board -> tasks -> search -> build -> measure -> history -> deploy.
+
+:class:`TuningPipeline` builds every MetaSchedule component from a profile and
+the run's options (builder, runner, cost model, search strategy, task
+scheduler, measure callbacks); :func:`run_tune` runs it. ``edgetune tune``
+and every benchmark call :func:`run_tune`; a benchmark that compares one
+component passes it in through :class:`Components` and keeps the rest of the
+product as it is. This module is the one place that calls ``ms.tune_tasks``.
+
+A run, in order: :meth:`~TuningPipeline.check_inputs` (bad input fails before
+anything starts), the board is opened, the history opened,
+:meth:`~TuningPipeline.plan_tasks`, :meth:`~TuningPipeline.make_contexts`,
+the builder and runner are made, :meth:`~TuningPipeline.tune`,
+:meth:`~TuningPipeline.summarize`, and end-to-end evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import tvm
+import tvm.s_tir.meta_schedule as ms
+
+from .. import __version__
+from ..board.base import Board, board_for
+from ..board.tracker import TrackerAddress
+from ..builder.builder import WarmBuilder
+from ..builder.intrinsics import load_tensor_intrinsics
+from ..errors import EdgetuneError, TuningInterrupted
+from ..history import open_history
+from ..history.warmstart import WarmStartReport, warm_start
+from ..measure.runner import TrackerRunner
+from ..profile import DeviceProfile
+from ..search import make_cost_model, make_search_strategy, make_task_scheduler
+from ..search.adaptive import SearchReport
+from ..search.factory import auto_population
+from ..tasks import LoadedModel, load_model, prepare_for_tuning
+from .cache import CandidateCache
+from .callbacks import RecordAndReport
+from .evaluate import evaluate_end_to_end
+from .progress import ProgressSink, TaskProgress, TuneProgress, announce
+from .settings import MEASUREMENT_LOG, check_combined_settings, measurement_summary, suggested_settings, with_applied
+from .signals import StopRequested, StopSignal, stop_on_signals
+from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TaskResult, TrialCounts, TuneSummary
+
+#: MetaSchedule's own task schedulers: they cannot be told to await each batch's measurements
+STOCK_SCHEDULERS = ("gradient", "round-robin")
+
+
+@dataclass
+class TuneOptions:
+    """Everything ``edgetune tune`` needs; CLI flags override the profile."""
+
+    profile: DeviceProfile
+    model: str | None
+    out_dir: Path
+    tracker: str | None = None  # "host:port"; None starts the loopback board
+    key: str | None = None  # defaults to the profile's rpc.key
+    db: str | None = None  # defaults to <out_dir>/history.db
+    trials: int | None = None  # defaults to the profile's tuning.trials
+    evaluate: bool = True  # compile and measure end to end after tuning
+    # "off", "same", "auto" or "similar": cost model trained on history first (see history/warmstart.py)
+    warm_start: str = "same"
+    suggested: bool = False  # each task gets its type's early-stop and sampling settings from the history
+    scheduler: str | None = None  # task scheduler; defaults to the profile's tuning.task_scheduler
+    board: Board | None = None  # where to measure; defaults to the tracker, or the embedded board
+    task_names: Sequence[str] | None = None  # tune only these of the model's tasks (all by default)
+
+
+@dataclass
+class Components:
+    """Components a caller passes in instead of the ones the profile builds; None keeps the product's.
+
+    A benchmark that compares one component sets that one; everything else
+    (history, callbacks, progress, summary) stays the product's.
+    """
+
+    builder: Any = None  # a MetaSchedule Builder
+    runner: Any = None  # a MetaSchedule Runner
+    wrap_runner: Callable[[Any], Any] | None = None  # wraps the runner in use (built or passed in)
+    cost_model: Any = None
+    search_strategy: Any = None
+    task_scheduler: Any = None
+    measure_callbacks: Sequence[Any] = ()  # run after edgetune's own
+    # (name, PrimFunc module, weight) tuned instead of the model's tasks; needs evaluate=False
+    tasks: Sequence[tuple[str, Any, int]] | None = None
+    load_intrinsics: bool = True  # register the target family's tensor intrinsics before the contexts
+
+
+@dataclass
+class TaskPlan:
+    """The tasks of this run and how the budget is split between them."""
+
+    extracted: list[Any]
+    previous: list[int]  # records already in the history, per task
+    budget: int  # --trials
+    remaining: int  # budget minus what the history holds
+    per_iter: int  # candidates per batch
+
+    @property
+    def workloads(self) -> list[Any]:
+        return [task.dispatched[0] for task in self.extracted]
+
+
+@dataclass
+class _Run:
+    """What one run has made so far, handed from stage to stage."""
+
+    target: Any
+    model: LoadedModel | None
+    out_dir: Path
+    board: Board
+    address: TrackerAddress
+    history: Any
+    plan: TaskPlan
+    contexts: list[Any] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    progress: TuneProgress | None = None
+    cost_model: Any = None
+    search_report: SearchReport = field(default_factory=SearchReport)
+    suggested: dict[str, Any] | None = None
+    builder: Any = None
+    runner: Any = None
+    scheduler_name: str = ""
+    awaits: bool | None = None
+    warm: WarmStartReport = field(default_factory=WarmStartReport)
+    interrupted: bool = False
+    tune_seconds: float = 0.0
+
+
+class TuningPipeline:
+    """Builds every MetaSchedule component for one run from the profile and options; :meth:`run` runs it."""
+
+    def __init__(self, options: TuneOptions, sink: ProgressSink | None = None, components: Components | None = None) -> None:
+        self.options = options
+        self.profile = options.profile
+        self.sink = sink or ProgressSink()
+        self.components = components or Components()
+        self.trials = options.trials if options.trials is not None else self.profile.tuning.trials
+        self.key = options.key or self.profile.rpc.key
+        self.stop = StopSignal()
+
+    # -- inputs and board ----------------------------------------------------
+    def check_inputs(self) -> tuple[Any, LoadedModel | None]:
+        """Profile, settings and model first: bad input fails before anything is started."""
+        if self.trials < 0:
+            raise EdgetuneError(f"--trials must be >= 0, got {self.trials} instead")
+        if self.components.tasks is not None and self.options.evaluate:
+            raise EdgetuneError("tasks passed in have no model to evaluate: set evaluate=False")
+        self.profile.check_buildable()
+        check_combined_settings(self.profile)
+        target = self.profile.tvm_target()
+        model = load_model(self.options.model) if self.components.tasks is None else None
+        return target, model
+
+    def make_board(self, out_dir: Path) -> Board:
+        board = self.options.board or board_for(self.profile, self.options.tracker, self.key, log_dir=out_dir / "board-logs")
+        board.check_profile(self.profile)
+        return board
+
+    # -- tasks ----------------------------------------------------------------
+    def extract_tasks(self, target: Any, model: LoadedModel | None) -> list[Any]:
+        """The model's tunable tasks (or the ones passed in), as MetaSchedule ``ExtractedTask``s."""
+        if self.components.load_intrinsics:
+            load_tensor_intrinsics(target)
+        if self.components.tasks is not None:
+            return [ms.ExtractedTask(name, mod, target, [mod], int(weight)) for name, mod, weight in self.components.tasks]
+        assert model is not None
+        prepared = prepare_for_tuning(model.mod, target)
+        extracted = [
+            task
+            for task in ms.relax_integration.extract_tasks(prepared, target)
+            if not task.mod.attrs.get("tirx.is_scheduled", False)  # nothing to tune
+        ]
+        if self.options.task_names is not None:
+            wanted = list(self.options.task_names)
+            names = [task.task_name for task in extracted]
+            missing = [name for name in wanted if name not in names]
+            if missing:
+                raise EdgetuneError(f"task names must be among the model's tasks {names}, got {missing} instead")
+            extracted = [task for task in extracted if task.task_name in wanted]
+        return extracted
+
+    def plan_tasks(self, history: Any, target: Any, model: LoadedModel | None) -> TaskPlan:
+        extracted = self.extract_tasks(target, model)
+        previous = [history.count_records(workload=task.dispatched[0], target=target) for task in extracted]
+        remaining = max(0, self.trials - sum(previous))
+        # A budget smaller than one batch per task would starve the tasks
+        # picked last (often the biggest convolutions): shrink the batches.
+        per_iter = min(self.profile.tuning.num_trials_per_iter, max(1, remaining // max(1, len(extracted))))
+        return TaskPlan(extracted, previous, self.trials, remaining, per_iter)
+
+    # -- search -----------------------------------------------------------------
+    def make_cost_model(self) -> Any:
+        if self.components.cost_model is not None:
+            return self.components.cost_model
+        tuning = self.profile.tuning
+        return make_cost_model(tuning.cost_model, seed=tuning.seed, num_cores=os.cpu_count() or 1)
+
+    def make_search_strategy(self, run: _Run, per_type: dict[tuple[str, ...], dict[str, Any]] | None) -> Any:
+        if self.components.search_strategy is not None:
+            return self.components.search_strategy
+        tuning, plan = self.profile.tuning, run.plan
+        return make_search_strategy(
+            tuning.search_strategy,
+            num_trials_per_iter=plan.per_iter,
+            population_size=tuning.population_size,
+            tuning=tuning,
+            surrogate=run.cost_model,
+            expected_trials_per_task=math.ceil(plan.remaining / max(1, len(plan.extracted))),
+            report=run.search_report,
+            suggested=per_type,
+        )
+
+    def make_contexts(self, run: _Run) -> None:
+        """TuneContexts, weights and the progress record; ``--suggested`` settings read here."""
+        plan = run.plan
+        per_type = None
+        if self.options.suggested and plan.remaining > 0 and plan.extracted:
+            announce(self.sink, plan.remaining, "reading suggested settings per task type from the history")
+            run.suggested, per_type = suggested_settings(run.history, run.target, self.profile, plan.workloads, plan.per_iter)
+            announce(self.sink, plan.remaining, run.suggested["message"])
+        run.contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            plan.extracted,
+            work_dir=str(run.out_dir / "logs"),
+            strategy=self.make_search_strategy(run, per_type),
+            num_threads=os.cpu_count() or 1,
+            seed=self.profile.tuning.seed,
+        )
+        run.weights = [float(w) for w in weights]
+        tasks = [
+            TaskProgress(index=i, name=ctx.task_name, weight=w, flops=_task_flops(ctx.mod), previous_trials=n)
+            for i, (ctx, w, n) in enumerate(zip(run.contexts, run.weights, plan.previous))
+        ]
+        for ctx, task in zip(run.contexts, tasks):
+            best = run.history.best_record(ctx.mod, run.target)
+            if best is not None:
+                task.best_sec = float(np.mean([float(x) for x in best.run_secs]))
+        run.progress = TuneProgress(budget=plan.remaining, tasks=tasks)
+
+    def make_task_scheduler(self, run: _Run) -> Any:
+        if self.components.task_scheduler is not None:
+            return self.components.task_scheduler
+        return make_task_scheduler(
+            run.scheduler_name, peak_gflops=self.profile.device.peak_gflops, seed=self.profile.tuning.seed, wait_for_results=run.awaits
+        )
+
+    # -- build and measure ---------------------------------------------------------
+    def make_builder(self, cache: CandidateCache) -> Any:
+        if self.components.builder is not None:
+            return self.components.builder
+        build = self.profile.build
+        return WarmBuilder(
+            cross_compiler=build.cross_compiler,
+            cross_compiler_flags=tuple(build.cross_compiler_flags),
+            timeout_sec=build.timeout_sec,
+            max_workers=build.workers,
+            lookup_cached=cache.lookup_mod,
+        )
+
+    def make_runner(self, address: TrackerAddress, cache: CandidateCache) -> Any:
+        runner = self.components.runner
+        if runner is None:
+            runner = TrackerRunner(
+                address,
+                device=self.profile.rpc.device,
+                config=self.profile.measure,
+                session_timeout_sec=self.profile.rpc.session_timeout_sec,
+                lookup_cached=cache.lookup_key,
+            )
+        return runner
+
+    def make_callbacks(self, run: _Run, measured_by: Any) -> list[Any]:
+        record = RecordAndReport(
+            run.history, run.contexts, run.progress, self.sink, self.stop.event,
+            runner=measured_by, measurement_log=run.out_dir / MEASUREMENT_LOG,
+        )
+        return [record, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks]
+
+    # -- the run ----------------------------------------------------------------
+    def run(self) -> TuneSummary:
+        """Tune the model for the profile; return (and write) the run summary."""
+        target, model = self.check_inputs()
+        out_dir = Path(self.options.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as stack:
+            board = self.make_board(out_dir)
+            if isinstance(board, Board) and board.awaits_measurements:
+                announce(self.sink, self.trials, "starting loopback tracker and RPC server")
+            address = stack.enter_context(board)
+            history = open_history(self.options.db or str(out_dir / "history.db"), board_id=self.key)
+            stack.callback(history.close)
+            # MetaSchedule's console handler takes the level its logger has right
+            # now: keep its per-round tables in the log files, off the terminal.
+            logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+            run = _Run(target, model, out_dir, board, address, history, self.plan_tasks(history, target, model))
+            run.cost_model = self.make_cost_model()
+            self.make_contexts(run)
+            cache = CandidateCache()
+            for ctx in run.contexts:
+                cache.add_history(history, ctx.mod, target)
+            run.builder = self.make_builder(cache)
+            if hasattr(run.builder, "close"):
+                stack.callback(run.builder.close)
+            run.runner = self.make_runner(address, cache)
+            if hasattr(run.runner, "close"):
+                stack.callback(run.runner.close)
+            run.scheduler_name = self.options.scheduler or self.profile.tuning.task_scheduler
+            # The embedded board is this host's CPU: a batch timed while the next one is
+            # searched and built comes out slow, so edgetune's schedulers never overlap them
+            # there. MetaSchedule's own schedulers cannot be told (None in the summary).
+            run.awaits = None if run.scheduler_name in STOCK_SCHEDULERS else board.awaits_measurements
+            if run.plan.remaining > 0 and run.contexts:
+                self.tune(run)
+            summary = self.summarize(run)
+            if run.interrupted:
+                summary.write(out_dir)
+                raise TuningInterrupted(
+                    f"interrupted: {run.progress.done} measurements of this run are kept in {history.url}; "
+                    f"run the same command again to resume",
+                    signum=self.stop.signum,
+                )
+            if hasattr(run.builder, "close"):
+                run.builder.close()  # free the workers' memory before whole-model builds
+            if self.options.evaluate:
+                run.progress.phase = "compiling and measuring the whole model on the device"
+                self.sink.on_phase(run.progress)
+                summary.end_to_end = evaluate_end_to_end(model, self.profile, target, history, address, out_dir)
+            summary.write(out_dir)
+            return summary
+
+    def tune(self, run: _Run) -> None:
+        """Warm start, then MetaSchedule's task scheduler over edgetune's components until the budget is spent."""
+        progress, plan = run.progress, run.plan
+        progress.phase = "starting build workers"
+        self.sink.on_phase(progress)
+        if hasattr(run.builder, "start"):
+            run.builder.start()
+        progress.phase = "tuning"
+        progress.started = time.monotonic()
+        self.sink.on_phase(progress)
+        runner = self.components.wrap_runner(run.runner) if self.components.wrap_runner else run.runner
+        started = time.monotonic()
+        try:
+            with stop_on_signals(self.stop):
+                if self.options.warm_start != "off":
+                    progress.phase = "training the cost model on the history (warm start)"
+                    self.sink.on_phase(progress)
+                    run.warm = warm_start(
+                        run.cost_model, [ctx.mod for ctx in run.contexts], run.history, run.target,
+                        board_id=self.key, scope=self.options.warm_start,
+                    )
+                    progress.phase = "tuning"
+                    self.sink.on_phase(progress)
+                if self.stop.event.is_set():
+                    raise StopRequested("stop requested during the warm start")
+                ms.tune_tasks(
+                    tasks=run.contexts,
+                    task_weights=run.weights,
+                    work_dir=str(run.out_dir / "logs"),
+                    max_trials_global=plan.remaining,
+                    max_trials_per_task=self.profile.tuning.max_trials_per_task or plan.remaining,
+                    num_trials_per_iter=plan.per_iter,
+                    builder=run.builder,
+                    runner=runner,
+                    database=run.history,
+                    cost_model=run.cost_model,
+                    measure_callbacks=self.make_callbacks(run, run.runner),
+                    task_scheduler=self.make_task_scheduler(run),
+                )
+        except BaseException:
+            # whatever TVM turned our StopRequested into on its way back
+            if not self.stop.event.is_set():
+                raise
+            run.interrupted = True
+        run.tune_seconds = time.monotonic() - started
+
+    def summarize(self, run: _Run) -> TuneSummary:
+        tuning, plan, progress = self.profile.tuning, run.plan, run.progress
+        builder_stats, runner_stats = getattr(run.builder, "stats", None), getattr(run.runner, "stats", None)
+        evolutionary = tuning.search_strategy == "evolutionary"
+        return TuneSummary(
+            edgetune_version=__version__,
+            tvm_version=tvm.__version__,
+            date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            model=_model_info(run.model, self.components.tasks),
+            profile=self.profile.name,
+            target=run.target.export() if hasattr(run.target, "export") else str(run.target),
+            board=BoardInfo(run.board.label, f"{run.address.host}:{run.address.port}", self.key),
+            history=run.history.url,
+            trials=TrialCounts(
+                budget=plan.budget,
+                in_history_before=sum(plan.previous),
+                this_run=progress.done,
+                served_from_history=getattr(builder_stats, "cached", 0),
+                measured_on_device=getattr(runner_stats, "measured", 0),
+                failed=sum(t.failed for t in progress.tasks),
+                build_timeouts=getattr(builder_stats, "timed_out", 0),
+            ),
+            seconds=Seconds(
+                tuning_wall=run.tune_seconds,
+                device=getattr(runner_stats, "device_seconds", 0.0),
+                upload=getattr(runner_stats, "upload_seconds", 0.0),
+                build=getattr(builder_stats, "build_seconds", 0.0),
+            ),
+            search=SearchInfo(
+                strategy=tuning.search_strategy,
+                population_size=(tuning.population_size or auto_population(plan.per_iter)) if evolutionary else None,
+                num_trials_per_iter=plan.per_iter,
+                cost_model=tuning.cost_model,
+                task_scheduler=run.scheduler_name,
+                scheduler_awaits_measurements=run.awaits,
+            ),
+            measurement=measurement_summary(self.profile, run.runner),
+            measurement_reduction={
+                "sampler": tuning.sampler,
+                "early_stop": tuning.early_stop,
+                "exploration": tuning.exploration,
+                **run.search_report.to_dict(),
+            }
+            if run.search_report.tasks
+            else None,
+            warm_start={"scope": self.options.warm_start, **run.warm.to_dict()},
+            suggested=with_applied(run.suggested, run.search_report, run.contexts),
+            interrupted=run.interrupted,
+            tasks=[_task_result(t) for t in progress.tasks],
+            curve=[point.to_dict() for point in progress.curve],
+        )
+
+
+def run_tune(options: TuneOptions, sink: ProgressSink | None = None, components: Components | None = None) -> TuneSummary:
+    """Tune ``options.model`` for ``options.profile``; return the run summary (also written to ``summary.json``)."""
+    return TuningPipeline(options, sink, components).run()
+
+
+def _task_flops(mod: Any) -> float:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # some fused functions have no countable loops
+        return 0.0
+
+
+def _task_result(task: TaskProgress) -> TaskResult:
+    return TaskResult(
+        index=task.index,
+        name=task.name,
+        weight=task.weight,
+        flops=task.flops,
+        trials_before=task.previous_trials,
+        trials_this_run=task.trials,
+        failed_this_run=task.failed,
+        best_latency_us=None if task.best_sec is None else task.best_sec * 1e6,
+        best_gflops=task.best_gflops,
+    )
+
+
+def _model_info(model: LoadedModel | None, tasks: Sequence[tuple[str, Any, int]] | None) -> ModelInfo:
+    if model is not None:
+        return ModelInfo(model.source, model.name, model.sha256)
+    names = ",".join(name for name, _mod, _weight in tasks or ())
+    return ModelInfo("tasks", names, "")

@@ -1,0 +1,104 @@
+"""Settings the run derives from the profile and the history: combined checks, ``--suggested``, the measurement report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ProfileError
+from ..history.suggest import settings_by_operator, suggest_settings
+from ..history.warmstart import operator_signature
+from ..profile import DeviceProfile
+from ..search.adaptive import SearchReport
+
+#: one JSON line per candidate timed by the adaptive evaluator: runs used, final CV
+MEASUREMENT_LOG = "measurements.jsonl"
+
+
+def check_combined_settings(profile: DeviceProfile) -> None:
+    """Settings that are valid one by one but not together fail here, as profile errors."""
+    from ..measure.adaptive import AdaptiveEvaluator
+    from ..search.early_stop import make_early_stop
+    from ..search.factory import early_stop_params
+
+    m = profile.measure
+    if m.evaluator == "adaptive":
+        try:
+            AdaptiveEvaluator(m.micro_batch, m.max_runs, m.cv_threshold, m.min_runs, m.micro_batch_ms)
+        except ValueError as error:
+            raise ProfileError(f"{profile.origin}: [measure] {error}") from None
+    try:
+        make_early_stop(profile.tuning.early_stop, **early_stop_params(profile.tuning))
+    except ValueError as error:
+        raise ProfileError(f"{profile.origin}: [tuning] early stop: {error}") from None
+
+
+def suggested_settings(
+    history: Any, target: Any, profile: DeviceProfile, workloads: list[Any], batch: int
+) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]] | None]:
+    """``--suggested``: the settings per task type of this model from the history, for the search strategy.
+
+    Returns the summary's ``suggested`` entry (its ``message`` says which task
+    types keep the profile's settings) and ``{operator: settings}`` for
+    :class:`~edgetune.search.adaptive.AdaptiveSearch` (None when the profile's
+    search strategy cannot take them).
+    """
+    tuning = profile.tuning
+    operators = []
+    for mod in workloads:
+        signature = operator_signature(mod)
+        if signature not in operators:
+            operators.append(signature)
+    suggestions = suggest_settings(
+        history, target=target, batch=batch, operators=operators, sampling=tuning.sampler == "kmeans", seed=tuning.seed
+    )
+    per_type = settings_by_operator(suggestions)
+    without = ["+".join(op) for op in operators if op not in per_type]
+    entry: dict[str, Any] = {
+        "batch": batch,
+        "early_stop": tuning.early_stop,
+        "sampler": tuning.sampler,
+        "task_types": [s.to_dict() for s in suggestions],
+        "task_types_without_history": without,
+        "tasks": [],
+    }
+    if tuning.search_strategy != "evolutionary":
+        entry["message"] = f"--suggested: not applied, the {tuning.search_strategy} search takes no per-task settings"
+        return entry, None
+    how = "initial maximum trials (adaptive early stop)" if tuning.early_stop == "adaptive" else "trial cap"
+    if tuning.sampler == "kmeans":
+        how += " and K-means distance ratio"
+    entry["message"] = (
+        f"--suggested: {len(operators) - len(without)} of {len(operators)} task types get their {how} from the history"
+        + (f"; profile settings for the types without history: {', '.join(without)}" if without else "")
+    )
+    return entry, per_type
+
+
+def with_applied(suggested: dict[str, Any] | None, report: SearchReport, contexts: list[Any]) -> dict[str, Any] | None:
+    """The summary's ``suggested`` entry with what each task got, in task order."""
+    if suggested is None:
+        return None
+    names = [str(ctx.task_name) for ctx in contexts]
+    suggested["tasks"] = [report.suggested[name] for name in names if name in report.suggested]
+    return suggested
+
+
+def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
+    """How candidates were timed, and the runs the adaptive evaluator saved against its cap."""
+    m, stats = profile.measure, getattr(runner, "stats", None)
+    if m.evaluator != "adaptive" or stats is None:
+        return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms}
+    timed = stats.stopped_by_cv + stats.stopped_by_cap
+    return {
+        "evaluator": "adaptive",
+        "micro_batch": m.micro_batch,
+        "max_runs": m.max_runs,
+        "cv_threshold": m.cv_threshold,
+        "candidates": timed,
+        "runs": stats.runs,
+        "mean_runs_per_candidate": stats.runs / timed if timed else None,
+        "stopped_by_cv": stats.stopped_by_cv,
+        "stopped_by_cap": stats.stopped_by_cap,
+        "runs_saved_vs_cap": 1 - stats.runs / (timed * m.max_runs) if timed else None,
+        "log": MEASUREMENT_LOG,
+    }

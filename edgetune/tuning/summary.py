@@ -1,0 +1,174 @@
+"""The run summary: a typed object that ``edgetune tune`` returns and writes as ``summary.json``.
+
+The CLI's report, ``edgetune deploy`` and the benchmarks read it through
+:class:`TuneSummary` (``TuneSummary.load(path)`` for a run directory), so a
+field is named once. ``to_dict()`` gives the JSON layout, which is stable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SUMMARY_NAME = "summary.json"
+
+
+@dataclass
+class ModelInfo:
+    source: str
+    name: str
+    sha256: str
+
+
+@dataclass
+class BoardInfo:
+    label: str
+    tracker: str  # host:port
+    key: str
+
+
+@dataclass
+class TrialCounts:
+    budget: int
+    in_history_before: int
+    this_run: int
+    served_from_history: int
+    measured_on_device: int
+    failed: int
+    build_timeouts: int
+
+
+@dataclass
+class Seconds:
+    tuning_wall: float
+    device: float
+    upload: float
+    build: float
+
+
+@dataclass
+class SearchInfo:
+    strategy: str
+    population_size: int | None
+    num_trials_per_iter: int
+    cost_model: str
+    task_scheduler: str
+    scheduler_awaits_measurements: bool | None  # None: MetaSchedule's own scheduler, which cannot be told
+
+
+@dataclass
+class TaskResult:
+    index: int
+    name: str
+    weight: float
+    flops: float
+    trials_before: int
+    trials_this_run: int
+    failed_this_run: int
+    best_latency_us: float | None
+    best_gflops: float | None
+
+
+@dataclass
+class EndToEnd:
+    artifact: str = ""
+    untuned_artifact: str = ""
+    untuned_latency: dict[str, Any] | None = None  # median_ms, mean_ms, ... as measured on the device
+    tuned_latency: dict[str, Any] | None = None
+    speedup: float = math.nan
+    outputs_match: bool | None = None
+    max_abs_diff: float | None = None
+
+    @property
+    def tuned_ms(self) -> float:
+        return float(self.tuned_latency["median_ms"])
+
+    @property
+    def untuned_ms(self) -> float:
+        return float(self.untuned_latency["median_ms"])
+
+
+@dataclass
+class TuneSummary:
+    """What one ``edgetune tune`` run did and delivered.
+
+    Every field has a default so that summaries of older runs (or partial ones
+    written by hand) load; ``edgetune tune`` always fills them all.
+    """
+
+    edgetune_version: str = ""
+    tvm_version: str = ""
+    date: str = ""
+    model: ModelInfo | None = None
+    profile: str = ""
+    target: Any = None
+    board: BoardInfo | None = None
+    history: str | None = None
+    trials: TrialCounts | None = None
+    seconds: Seconds | None = None
+    search: SearchInfo | None = None
+    measurement: dict[str, Any] = field(default_factory=dict)
+    measurement_reduction: dict[str, Any] | None = None
+    warm_start: dict[str, Any] = field(default_factory=dict)
+    suggested: dict[str, Any] | None = None
+    interrupted: bool = False
+    tasks: list[TaskResult] = field(default_factory=list)
+    curve: list[dict[str, Any]] = field(default_factory=list)  # one point per batch, see progress.CurvePoint
+    end_to_end: EndToEnd | None = None
+
+    @property
+    def artifact(self) -> Path | None:
+        """The delivered ``model.so``; None when the run did not compile the model."""
+        return Path(self.end_to_end.artifact) if self.end_to_end else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if out["end_to_end"] is None:
+            del out["end_to_end"]
+        return out
+
+    def write(self, out_dir: Path) -> Path:
+        """Write ``summary.json`` atomically (a reader never sees half a file)."""
+        path = Path(out_dir) / SUMMARY_NAME
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TuneSummary":
+        """Inverse of :meth:`to_dict`; unknown keys (a newer edgetune) are ignored."""
+        sections = {
+            "model": ModelInfo, "board": BoardInfo, "trials": TrialCounts, "seconds": Seconds, "search": SearchInfo,
+        }
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if f.name in sections:
+                value = _build(sections[f.name], value)
+            elif f.name == "tasks":
+                value = [_build(TaskResult, item) for item in value]
+            elif f.name == "end_to_end" and value is not None:
+                value = _build(EndToEnd, value)
+            kwargs[f.name] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, path: Path) -> "TuneSummary":
+        """Read a ``summary.json`` (or the one in a run directory)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / SUMMARY_NAME
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def _build(kind: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(kind)}
+    return kind(**{key: value for key, value in data.items() if key in names})

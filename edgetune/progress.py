@@ -124,6 +124,12 @@ class RichProgress(ProgressSink):
                 f"shapes, {warm['other_board']} from other boards)",
                 highlight=False,
             )
+        if summary.tasks_kept_default:
+            console.print(
+                f"kept the default (untuned) schedule of {len(summary.tasks_kept_default)} of {len(summary.tasks)} tasks, "
+                f"where no tuned candidate beat it: {', '.join(summary.tasks_kept_default)}",
+                highlight=False,
+            )
         suggested = summary.suggested
         if suggested and suggested.get("message"):
             console.print(suggested["message"], highlight=False)
@@ -135,6 +141,10 @@ class RichProgress(ProgressSink):
                 f"outputs match (max abs diff {e2e.max_abs_diff:.2g})",
                 highlight=False,
             )
+            if e2e.delivered == "untuned":
+                console.print(
+                    "the tuned build measured slower than the untuned one twice: model.so is the untuned build", highlight=False
+                )
             console.print(f"artifact: {e2e.artifact}", highlight=False)
         console.print(f"summary: {out_dir / SUMMARY_NAME}; history: {summary.history}", highlight=False)
 

@@ -328,6 +328,8 @@ class DeviceProfile:
     device: DeviceSettings
     #: the data as written, so overrides re-derive defaults (``rpc.key`` follows ``name``...)
     _raw: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    #: what was resolved on this machine when loading: ``{"target.mcpu": "native -> znver4", ...}``
+    resolved: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def origin(self) -> str:
@@ -408,6 +410,8 @@ class DeviceProfile:
             ),
             ("device", f"{d.arch}, {d.num_threads} thread{'s' if d.num_threads != 1 else ''} {pinning}, {peak}"),
         ]
+        if self.resolved:
+            rows.append(("resolved", "; ".join(f"{key}: {how}" for key, how in self.resolved.items())))
         header = f"{self.name}: {self.description}" if self.description else self.name
         return "\n".join([header, *(f"  {label + ':':<13}{text}" for label, text in rows)])
 
@@ -498,8 +502,16 @@ class _Parser:
         target = self.target_table("target", data["target"])
         host_target = self.target_table("host_target", data["host_target"]) if "host_target" in data else None
         sections = {section: self.section(section, data.get(section, {})) for section in SECTIONS}
+        resolved = self.resolve_host(target, host_target, sections)
         self.derive_defaults(name, target, host_target, sections)
+        if resolved and sections["device"]["peak_gflops"] is None:
+            from edgetune.profile.host import host_cpu
+
+            sections["device"]["peak_gflops"] = host_cpu().peak_gflops
+            if sections["device"]["peak_gflops"] is not None:
+                resolved["device.peak_gflops"] = f"estimated {host_cpu().describe()}"
         return DeviceProfile(
+            resolved=resolved,
             name=name,
             description=description,
             source=source,
@@ -508,6 +520,37 @@ class _Parser:
             _raw=copy.deepcopy(dict(data)),
             **{section: _SECTION_CLASSES[section](**values) for section, values in sections.items()},
         )
+
+    def resolve_host(
+        self, target: dict[str, Any], host_target: dict[str, Any] | None, sections: dict[str, dict[str, Any]]
+    ) -> dict[str, str]:
+        """``mcpu = "native"`` and ``num-cores = "auto"``: this machine's CPU and usable cores (see profile.host)."""
+        from edgetune.profile.host import AUTO_CORES, NATIVE_CPU
+
+        resolved: dict[str, str] = {}
+        for key, table in (("target", target), ("host_target", host_target)):
+            if table is None:
+                continue
+            if table.get("mcpu") == NATIVE_CPU:
+                triple = table.get("mtriple")
+                arch = triple.split("-")[0] if isinstance(triple, str) and triple else platform.machine()
+                if sections["build"]["cross_compiler"] or arch != platform.machine():
+                    raise self.error(
+                        f"key '{key}.mcpu' is 'native' (this {platform.machine()} machine's CPU) but the profile "
+                        f"compiles for {arch}; name the board's CPU instead, e.g. 'cortex-a72'"
+                    )
+                from edgetune.profile.host import host_cpu
+
+                table["mcpu"] = host_cpu().name
+                resolved[f"{key}.mcpu"] = f"native -> {table['mcpu']}"
+            if table.get("num-cores") == AUTO_CORES:
+                from edgetune.profile.host import usable_cores
+
+                table["num-cores"] = usable_cores()
+                resolved[f"{key}.num-cores"] = f"auto -> {table['num-cores']}"
+            elif isinstance(table.get("num-cores"), str):
+                raise self.error(f"key '{key}.num-cores' must be an integer or 'auto', got {table['num-cores']!r} instead")
+        return resolved
 
     def derive_defaults(
         self,

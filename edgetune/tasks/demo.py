@@ -176,10 +176,91 @@ def mobilenetv2(res: int = 224) -> onnx.ModelProto:
     return g.model("mobilenetv2", "input", res, g.classifier(x, 1280, 1000), 1000)
 
 
+def squeezenet(res: int = 224) -> onnx.ModelProto:
+    """SqueezeNet 1.1: Fire modules (1x1 squeeze, 1x1 and 3x3 expand, Concat), a conv classifier."""
+    g = _GraphBuilder(_SEED + 11)
+
+    def fire(x: str, cin: int, squeeze: int, expand: int) -> str:
+        s = g.relu(g.conv(x, cin, squeeze, 1))
+        return g._node("Concat", [g.relu(g.conv(s, squeeze, expand, 1)), g.relu(g.conv(s, squeeze, expand, 3))], axis=1)
+
+    x = g.maxpool(g.relu(g.conv("input", 3, 64, 3, stride=2)))
+    x = fire(fire(x, 64, 16, 64), 128, 16, 64)
+    x = g.maxpool(x)
+    x = fire(fire(x, 128, 32, 128), 256, 32, 128)
+    x = g.maxpool(x)
+    x = fire(fire(x, 256, 48, 192), 384, 48, 192)
+    x = fire(fire(x, 384, 64, 256), 512, 64, 256)
+    x = g.relu(g.conv(x, 512, 1000, 1))
+    out = g._node("Flatten", [g._node("GlobalAveragePool", [x])], axis=1)
+    return g.model("squeezenet", "input", res, out, 1000)
+
+
+#: width, heads and MLP width of the demo transformer block
+_TRANSFORMER = (128, 4, 256)
+_TRANSFORMER_OPSET = 17  # LayerNormalization, as PyTorch exports it
+
+
+def transformer(seq: int = 32) -> onnx.ModelProto:
+    """A pre-norm transformer encoder block as PyTorch exports it (``@N`` is the sequence length).
+
+    LayerNorm, multi-head self-attention with MatMul and Softmax, an erf-GELU
+    MLP and two residual adds; width 128, 4 heads, MLP 256.
+    """
+    width, heads, hidden = _TRANSFORMER
+    head = width // heads
+    g = _GraphBuilder(_SEED + 7)
+    rng = g._rng
+
+    def const(kind: str, array: np.ndarray) -> str:
+        return g._const(kind, np.asarray(array, dtype=np.float32))
+
+    def shape(values: list[int]) -> str:
+        name = g._name("shape")
+        g.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
+        return name
+
+    def linear(x: str, cin: int, cout: int) -> str:
+        w = const("w", rng.normal(0.0, np.sqrt(1.0 / cin), (cin, cout)))
+        return g._node("Add", [g._node("MatMul", [x, w]), const("b", rng.normal(0.0, 0.02, cout))])
+
+    def layer_norm(x: str) -> str:
+        scale, bias = const("ln_g", 1.0 + rng.normal(0.0, 0.02, width)), const("ln_b", rng.normal(0.0, 0.02, width))
+        return g._node("LayerNormalization", [x, scale, bias], axis=-1, epsilon=1e-5)
+
+    def heads_first(x: str) -> str:  # [1, S, D] -> [1, H, S, Dh]
+        return g._node("Transpose", [g._node("Reshape", [x, shape([1, seq, heads, head])])], perm=[0, 2, 1, 3])
+
+    x = "input"
+    y = layer_norm(x)
+    q, k, v = (heads_first(linear(y, width, width)) for _ in range(3))
+    scores = g._node("Mul", [g._node("MatMul", [q, g._node("Transpose", [k], perm=[0, 1, 3, 2])]), const("scale", np.array(head**-0.5))])
+    attn = g._node("MatMul", [g._node("Softmax", [scores], axis=-1), v])
+    attn = g._node("Reshape", [g._node("Transpose", [attn], perm=[0, 2, 1, 3]), shape([1, seq, width])])
+    x = g.add(x, linear(attn, width, width))
+    y = linear(layer_norm(x), width, hidden)
+    erf = g._node("Erf", [g._node("Div", [y, const("sqrt2", np.array(np.sqrt(2.0)))])])
+    y = g._node("Mul", [g._node("Mul", [y, g._node("Add", [erf, const("one", np.array(1.0))])]), const("half", np.array(0.5))])
+    out = g.add(x, linear(y, hidden, width))
+    graph = helper.make_graph(
+        g.nodes,
+        "transformer",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, seq, width])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, seq, width])],
+        g.inits,
+    )
+    model = helper.make_model(graph, producer_name="edgetune.demo", opset_imports=[helper.make_opsetid("", _TRANSFORMER_OPSET)])
+    onnx.checker.check_model(model)
+    return model
+
+
 DEMOS: dict[str, _Demo] = {
     "tiny-cnn": _Demo(tiny_cnn, default_res=32, min_res=8, res_multiple=1),
     "resnet18": _Demo(resnet18, default_res=224, min_res=32, res_multiple=32),
     "mobilenetv2": _Demo(mobilenetv2, default_res=224, min_res=32, res_multiple=32),
+    "squeezenet": _Demo(squeezenet, default_res=224, min_res=32, res_multiple=32),
+    # @N is the sequence length for the transformer block
+    "transformer": _Demo(transformer, default_res=32, min_res=8, res_multiple=8),
 }
 
 

@@ -50,6 +50,10 @@ class RecordAndReport(PyMeasureCallback):
         self.measurement_log = measurement_log
 
     def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
+        self.record(task_id, measure_candidates, builder_results, runner_results)
+
+    def record(self, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
+        """Commit one batch of task ``task_id``; also called directly for batches measured outside the scheduler."""
         ctx = self.contexts[task_id]
         task = self.progress.tasks[task_id]
         workload = self.history.commit_workload(ctx.mod)

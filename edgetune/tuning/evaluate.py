@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,19 @@ from .summary import EndToEnd
 
 ARTIFACT_NAME = "model.so"
 UNTUNED_ARTIFACT_NAME = "model-untuned.so"
+#: where the tuned build goes when it measured slower than the untuned one and ``model.so`` is the untuned build
+SLOWER_TUNED_ARTIFACT_NAME = "model-tuned-slower.so"
 
 
 def evaluate_end_to_end(
     model: LoadedModel, profile: DeviceProfile, target: Any, history: Any, address: TrackerAddress, out_dir: Path
 ) -> EndToEnd:
-    """Build ``model.so`` (tuned) and ``model-untuned.so``, time both on the device, check their outputs agree."""
+    """Build ``model.so`` (tuned) and ``model-untuned.so``, time both on the device, check their outputs agree.
+
+    Never worse than no tuning: when the tuned build measures slower than the
+    untuned one twice in a row, ``model.so`` is the untuned build (``delivered``
+    says so) and the tuned one is kept beside it.
+    """
     tuned_path = export_model(compile_model(model.mod, target, history), out_dir / ARTIFACT_NAME, profile)
     untuned_path = export_model(compile_model(model.mod, target), out_dir / UNTUNED_ARTIFACT_NAME, profile)
     inputs = [model.random_inputs(seed=0)[spec.name] for spec in model.inputs]
@@ -33,7 +41,17 @@ def evaluate_end_to_end(
             f"tuned build's outputs differ from the untuned build's on the device (max abs diff {max_diff:.3g}); "
             f"the artifact is kept at {tuned_path} for inspection"
         )
+    delivered = "tuned"
+    if tuned.latency.median_ms > untuned.latency.median_ms:
+        # measure both again, tuned first this time: deliver the untuned build only if it wins twice
+        tuned = run_on_board(address, profile.rpc.device, tuned_path, inputs, **timing)
+        untuned = run_on_board(address, profile.rpc.device, untuned_path, inputs, **timing)
+        if tuned.latency.median_ms > untuned.latency.median_ms:
+            shutil.copyfile(tuned_path, out_dir / SLOWER_TUNED_ARTIFACT_NAME)
+            shutil.copyfile(untuned_path, tuned_path)
+            delivered = "untuned"
     return EndToEnd(
+        delivered=delivered,
         artifact=str(tuned_path),
         untuned_artifact=str(untuned_path),
         untuned_latency=untuned.latency.to_dict(),

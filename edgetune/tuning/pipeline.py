@@ -34,6 +34,7 @@ from ..board.base import Board, board_for
 from ..board.tracker import TrackerAddress
 from ..builder.builder import WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
+from ..common.failure import is_failed
 from ..errors import EdgetuneError, TuningInterrupted
 from ..history import open_history
 from ..history.warmstart import WarmStartReport, warm_start
@@ -43,6 +44,7 @@ from ..search import make_cost_model, make_search_strategy, make_task_scheduler
 from ..search.adaptive import SearchReport
 from ..search.factory import auto_population
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
+from .baseline import default_schedule, is_default_trace, measure_defaults
 from .cache import CandidateCache
 from .callbacks import RecordAndReport
 from .evaluate import evaluate_end_to_end
@@ -132,6 +134,8 @@ class _Run:
     scheduler_name: str = ""
     awaits: bool | None = None
     warm: WarmStartReport = field(default_factory=WarmStartReport)
+    defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
+    callbacks: list[Any] = field(default_factory=list)
     interrupted: bool = False
     tune_seconds: float = 0.0
 
@@ -305,8 +309,13 @@ class TuningPipeline:
             run.cost_model = self.make_cost_model()
             self.make_contexts(run)
             cache = CandidateCache()
-            for ctx in run.contexts:
+            for ctx, task in zip(run.contexts, run.progress.tasks):
                 cache.add_history(history, ctx.mod, target)
+                stored = cache.lookup_key(cache.key(default_schedule(ctx.mod).mod))
+                if stored is None:
+                    run.defaults_to_measure.append(task.index)
+                else:
+                    task.default_sec = _mean_or_none(stored)
             run.builder = self.make_builder(cache)
             if hasattr(run.builder, "close"):
                 stack.callback(run.builder.close)
@@ -348,9 +357,11 @@ class TuningPipeline:
         progress.started = time.monotonic()
         self.sink.on_phase(progress)
         runner = self.components.wrap_runner(run.runner) if self.components.wrap_runner else run.runner
+        run.callbacks = self.make_callbacks(run, run.runner)
         started = time.monotonic()
         try:
             with stop_on_signals(self.stop):
+                self.measure_default_schedules(run)
                 if self.options.warm_start != "off":
                     progress.phase = "training the cost model on the history (warm start)"
                     self.sink.on_phase(progress)
@@ -362,18 +373,21 @@ class TuningPipeline:
                     self.sink.on_phase(progress)
                 if self.stop.event.is_set():
                     raise StopRequested("stop requested during the warm start")
+                search_budget = plan.remaining - len(run.defaults_to_measure)
+                if search_budget <= 0:
+                    return
                 ms.tune_tasks(
                     tasks=run.contexts,
                     task_weights=run.weights,
                     work_dir=str(run.out_dir / "logs"),
-                    max_trials_global=plan.remaining,
+                    max_trials_global=search_budget,
                     max_trials_per_task=self.profile.tuning.max_trials_per_task or plan.remaining,
                     num_trials_per_iter=plan.per_iter,
                     builder=run.builder,
                     runner=runner,
                     database=run.history,
                     cost_model=run.cost_model,
-                    measure_callbacks=self.make_callbacks(run, run.runner),
+                    measure_callbacks=run.callbacks,
                     task_scheduler=self.make_task_scheduler(run),
                 )
         except BaseException:
@@ -381,7 +395,23 @@ class TuningPipeline:
             if not self.stop.event.is_set():
                 raise
             run.interrupted = True
-        run.tune_seconds = time.monotonic() - started
+        finally:
+            run.tune_seconds = time.monotonic() - started
+
+    def measure_default_schedules(self, run: _Run) -> None:
+        """Each task's untuned code, measured once and stored: the search must beat it to replace it."""
+        if not run.defaults_to_measure:
+            return
+        run.progress.phase = "measuring each task's default schedule (the untuned baseline)"
+        self.sink.on_phase(run.progress)
+        measured = measure_defaults(run.contexts, run.defaults_to_measure, run.builder, run.runner)
+        record = run.callbacks[0]
+        for index, (candidate, built, ran) in measured.items():
+            ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
+            run.progress.tasks[index].default_sec = _mean_or_none([float(x) for x in ran.run_secs]) if ok else None
+            record.record(index, [candidate], [built], [ran])
+        run.progress.phase = "tuning"
+        self.sink.on_phase(run.progress)
 
     def summarize(self, run: _Run) -> TuneSummary:
         tuning, plan, progress = self.profile.tuning, run.plan, run.progress
@@ -431,7 +461,7 @@ class TuningPipeline:
             warm_start={"scope": self.options.warm_start, **run.warm.to_dict()},
             suggested=with_applied(run.suggested, run.search_report, run.contexts),
             interrupted=run.interrupted,
-            tasks=[_task_result(t) for t in progress.tasks],
+            tasks=[_task_result(t, _kept_default(run, i)) for i, t in enumerate(progress.tasks)],
             curve=[point.to_dict() for point in progress.curve],
         )
 
@@ -450,7 +480,17 @@ def _task_flops(mod: Any) -> float:
         return 0.0
 
 
-def _task_result(task: TaskProgress) -> TaskResult:
+def _mean_or_none(run_secs: Sequence[float] | None) -> float | None:
+    return float(np.mean(run_secs)) if run_secs and not is_failed(run_secs) else None
+
+
+def _kept_default(run: _Run, index: int) -> bool:
+    """True when the task's best record is its default schedule: no tuned candidate beat the untuned code."""
+    best = run.history.best_record(run.contexts[index].mod, run.target)
+    return best is not None and is_default_trace(best.trace)
+
+
+def _task_result(task: TaskProgress, kept_default: bool) -> TaskResult:
     return TaskResult(
         index=task.index,
         name=task.name,
@@ -461,6 +501,8 @@ def _task_result(task: TaskProgress) -> TaskResult:
         failed_this_run=task.failed,
         best_latency_us=None if task.best_sec is None else task.best_sec * 1e6,
         best_gflops=task.best_gflops,
+        default_latency_us=None if task.default_sec is None else task.default_sec * 1e6,
+        kept_default=kept_default,
     )
 
 

@@ -20,6 +20,7 @@ class TaskProgress:
     trials: int = 0  # measured (or served from history) in this run
     failed: int = 0
     best_sec: float | None = None
+    default_sec: float | None = None  # the untuned (default) schedule's latency, see tuning.baseline
 
     @property
     def best_gflops(self) -> float | None:

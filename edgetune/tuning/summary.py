@@ -72,6 +72,8 @@ class TaskResult:
     failed_this_run: int
     best_latency_us: float | None
     best_gflops: float | None
+    default_latency_us: float | None = None  # the untuned code of this task, measured as the first candidate
+    kept_default: bool = False  # no tuned candidate beat the untuned code: the delivered model keeps it
 
 
 @dataclass
@@ -83,6 +85,7 @@ class EndToEnd:
     speedup: float = math.nan
     outputs_match: bool | None = None
     max_abs_diff: float | None = None
+    delivered: str = "tuned"  # "untuned" when the tuned build measured slower and model.so is the untuned build
 
     @property
     def tuned_ms(self) -> float:
@@ -120,6 +123,11 @@ class TuneSummary:
     tasks: list[TaskResult] = field(default_factory=list)
     curve: list[dict[str, Any]] = field(default_factory=list)  # one point per batch, see progress.CurvePoint
     end_to_end: EndToEnd | None = None
+
+    @property
+    def tasks_kept_default(self) -> list[str]:
+        """Tasks whose delivered code is the untuned default, because no tuned candidate beat it."""
+        return [task.name for task in self.tasks if task.kept_default]
 
     @property
     def artifact(self) -> Path | None:

@@ -85,7 +85,7 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=TASK_SCHEDULERS,
         help="how the budget is shared between the model's tasks (default: the profile's tuning.task_scheduler)",
     )
-    from .profile.schema import COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, SAMPLERS
+    from .profile.schema import COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, SAMPLERS, TRANSFERS
 
     reduce = tune.add_argument_group(
         "fewer on-device trials", "each overrides the profile key named in brackets; `none`/`fixed`/`xgb` give stock MetaSchedule"
@@ -95,6 +95,7 @@ def _build_parser() -> argparse.ArgumentParser:
     reduce.add_argument("--early-stop", choices=EARLY_STOPS, help="end a task when its batches stop improving [tuning.early_stop]")
     reduce.add_argument("--cost-model", choices=COST_MODELS, help="xgb (AutoTVM), rf (random forest + expected improvement) or random [tuning.cost_model]")
     reduce.add_argument("--exploration", choices=EXPLORATIONS, help="random share of each batch from the forest's uncertainty (contextual) or a fixed 5%% [tuning.exploration]")
+    reduce.add_argument("--transfer", choices=TRANSFERS, help="half of each task's first batch replayed from the best schedules of the same operator at other shapes in the history (similar), or none (off) [tuning.transfer]")
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
     tune.set_defaults(func=_run_tune)
@@ -172,6 +173,7 @@ def _with_flag_overrides(profile: Any, args: argparse.Namespace) -> Any:
             ("early_stop", args.early_stop),
             ("cost_model", args.cost_model),
             ("exploration", args.exploration),
+            ("transfer", args.transfer),
         )
         if value is not None
     }

@@ -147,3 +147,11 @@ def test_ssh_config_alias_fills_the_entry(tmp_path: Path, monkeypatch: pytest.Mo
     # values written in the inventory win over the alias
     entry = _inventory(tmp_path, '[boards.a]\nhost = "pi4-lab"\nuser = "root"\nprofile = "rpi4"\n').get("a")
     assert entry.user == "root"
+
+
+def test_board_cpu_that_disagrees_with_the_profile_mcpu_is_a_warning() -> None:
+    a53_only = BoardFacts(arch="aarch64", cores=4, clusters=(("Cortex-A53", (0, 1, 2, 3)),))
+    warnings = check_profile(a53_only, load_profile("rk3399"), "b")
+    assert any("the board's CPU is Cortex-A53 but the profile compiles for mcpu 'cortex-a72'" in w for w in warnings)
+    big_little = BoardFacts(arch="aarch64", cores=6, clusters=(("Cortex-A72", (4, 5)), ("Cortex-A53", (0, 1, 2, 3))))
+    assert not any("board's CPU" in w for w in check_profile(big_little, load_profile("rk3399"), "b"))

@@ -37,6 +37,8 @@ SAMPLERS = ("kmeans", "none")
 EARLY_STOPS = ("adaptive", "fixed", "none")
 #: How the share of random candidates in a batch is chosen.
 EXPLORATIONS = ("contextual", "fixed")
+#: where a task's first batch takes candidates from besides the search: "similar" workloads' best traces
+TRANSFERS = ("similar", "off")
 #: MetaSchedule search strategies.
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 #: MetaSchedule task schedulers.
@@ -119,6 +121,7 @@ class TuningSettings:
     early_stop_max_step: int = 0
     early_stop_patience: int = 0
     exploration: str = "contextual"
+    transfer: str = "similar"
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "early_stop_max_step": _integer(0, default=0),
         "early_stop_patience": _integer(0, default=0),
         "exploration": _string(EXPLORATIONS, default="contextual"),
+        "transfer": _string(TRANSFERS, default="similar"),
     },
     "device": {
         "arch": _nonempty_string(default=_DERIVED),

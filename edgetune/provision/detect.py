@@ -174,7 +174,23 @@ def check_profile(facts: BoardFacts, profile: Any, board: str) -> list[str]:
         warnings.append(f"profile {profile.name} measures on OpenCL but no OpenCL driver was found on the board")
     if getattr(profile.rpc, "device", "cpu") == "cuda" and not facts.cuda:
         warnings.append(f"profile {profile.name} measures on CUDA but no CUDA device was found on the board")
+    mismatch = _cpu_mismatch(facts, profile)
+    if mismatch:
+        warnings.append(f"{mismatch}; set [target] mcpu in profile {profile.name} to the board's core")
     return warnings
+
+
+def _cpu_mismatch(facts: BoardFacts, profile: Any) -> str | None:
+    """The board's ARM cores (named from /proc/cpuinfo part ids) against the mcpu its profile compiles for."""
+    from edgetune.profile.host import cpu_disagreement
+
+    known = set(ARM_PARTS.values())
+    cores = [name for name, _cpus in facts.clusters if name in known]
+    if not cores:
+        return None  # x86 "model name"s do not map to LLVM CPU names
+    target = getattr(profile, "target", {}) or {}
+    cpu_target = target if target.get("kind") == "llvm" else (getattr(profile, "host_target", None) or {})
+    return cpu_disagreement(cpu_target.get("mcpu"), " + ".join(cores))
 
 
 def require_python(facts: BoardFacts, entry: Any) -> None:

@@ -67,6 +67,7 @@ class TaskSearchReport:
     random_candidates: int = 0
     stopped_early: bool = False
     early_stop_limit: int | None = None
+    transferred: int = 0  # candidates of the first batch transferred from similar workloads
     exploration: list[float] = field(default_factory=list)  # eps_t per batch
 
     @property
@@ -84,6 +85,7 @@ class TaskSearchReport:
             "early_stop_limit": self.early_stop_limit,
             "share_left_by_early_stop": max(0, self.share - self.proposed) if self.stopped_early else 0,
             "random_candidates": self.random_candidates,
+            "transferred": self.transferred,
             "mean_exploration": round(float(np.mean(self.exploration)), 4) if self.exploration else None,
         }
 
@@ -141,6 +143,10 @@ class AdaptiveSearch(PySearchStrategy):
         Seed for random candidates and K-means.
     report:
         Where per-task reports are collected (shared with clones).
+    seeds:
+        ``seeds(context, limit)`` gives up to ``limit`` candidates transferred
+        from similar workloads (:mod:`edgetune.search.transfer`); they take
+        up to half of the task's first batch in this run. None: no transfer.
     suggested:
         Settings per task type, ``{operator signature: {"max_trials": n,
         "kmeans_distance_ratio": r or None}}``
@@ -165,6 +171,7 @@ class AdaptiveSearch(PySearchStrategy):
         seed: int = 0,
         report: SearchReport | None = None,
         suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
+        seeds: Any = None,
     ) -> None:
         super().__init__()
         if sampler not in ("kmeans", "none"):
@@ -188,6 +195,7 @@ class AdaptiveSearch(PySearchStrategy):
             max_exploration=max_exploration,
             seed=seed,
             suggested=suggested,
+            seeds=seeds,
         )
         self.report = report if report is not None else SearchReport()
         self.contextual = exploration == "contextual" and surrogate is not None
@@ -201,6 +209,7 @@ class AdaptiveSearch(PySearchStrategy):
         self._task: TaskSearchReport | None = None
         self.cap: int | None = None  # hard cap on measured candidates (suggested, fixed/no early stop)
         self.applied: dict[str, Any] | None = None  # what ``suggested`` gave this task
+        self.seeded = False  # the first batch of this run took its transferred candidates
 
     def _make_components(self, early_stop_params: dict[str, Any], distance_ratio: float | None) -> None:
         """The early stop and the K-means sampler (``distance_ratio`` None: no sampling)."""
@@ -291,6 +300,8 @@ class AdaptiveSearch(PySearchStrategy):
         if self.sampler is not None and len(batch) > 1:
             keep = self.sampler.select(self._features(self.context, batch))
             batch = [batch[i] for i in keep]
+        if not self.seeded:
+            batch = self._with_transferred(batch)
         if self.cap is not None:
             batch = batch[: self.cap - task.measured]
         task.measured += len(batch)
@@ -307,6 +318,16 @@ class AdaptiveSearch(PySearchStrategy):
         return AdaptiveSearch(**self.params, report=self.report)
 
     # -- components ----------------------------------------------------------------
+    def _with_transferred(self, batch: list[Any]) -> list[Any]:
+        """The first batch with up to half of it replaced by candidates transferred from similar workloads."""
+        self.seeded = True
+        provider = self.params["seeds"]
+        if provider is None or not batch:
+            return batch
+        seeds = provider(self.context, max(1, len(batch) // 2))
+        self._task.transferred = len(seeds)
+        return seeds + batch[: len(batch) - len(seeds)]
+
     def _explore(self, batch: list[Any]) -> list[Any]:
         """Replace the worst-ranked share ``eps_t`` of the batch with random candidates."""
         randoms = self.random_candidates(max(16, self.plan))

@@ -55,6 +55,7 @@ def make_search_strategy(
     expected_trials_per_task: int = 0,
     report: Any = None,
     suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
+    seeds: Any = None,
 ) -> Any:
     """A search strategy by name; ``population_size=0`` sizes the evolution to the batch.
 
@@ -65,7 +66,8 @@ def make_search_strategy(
     ``suggested`` (settings per task type from the history, see
     :func:`edgetune.history.suggest.settings_by_operator`) needs the wrapper
     too: each task's clone applies its own type's entry. Only the evolutionary
-    search takes it.
+    search takes it, and ``seeds`` (candidates transferred from similar
+    workloads for each task's first batch, see :mod:`edgetune.search.transfer`).
     """
     _check("search_strategy", name, SEARCH_STRATEGIES)
     if name != "evolutionary":
@@ -77,7 +79,7 @@ def make_search_strategy(
 
     if suggested is not None and tuning is None:
         raise ValueError("suggested settings need the profile's tuning settings")
-    if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None):
+    if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None or seeds is not None):
         return AdaptiveSearch(
             population_size=population,
             init_min_unmeasured=min(50, population // 2),
@@ -91,6 +93,7 @@ def make_search_strategy(
             seed=tuning.seed,
             report=report,
             suggested=suggested,
+            seeds=seeds,
         )
     return ms.search_strategy.EvolutionarySearch(
         population_size=population,

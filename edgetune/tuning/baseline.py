@@ -1,11 +1,11 @@
 """Never worse than no tuning: every task's default (untuned) schedule is a measured candidate.
 
 The untuned build compiles each fused function as Relax lowered it. That
-schedule is one candidate per task, measured like any other before the search
-starts and stored in the history with a trace that changes nothing (it only
-looks up blocks, which makes it a valid record). When no tuned candidate beats
-it, it is the task's best record, so ``compile_relax`` applies it and the task
-keeps its default code; the summary names those tasks.
+schedule (:func:`~edgetune.search.default_schedule.default_schedule`) is one
+candidate per task, measured like any other before the search starts and
+stored in the history. When no tuned candidate beats it, it is the task's
+best record, so ``compile_relax`` applies it and the task keeps its default
+code; the summary names those tasks.
 """
 
 from __future__ import annotations
@@ -13,23 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import tvm.s_tir.meta_schedule as ms
-from tvm.s_tir import Schedule
 
-#: the only instructions of a default-schedule trace: block lookups, which change nothing
-_LOOKUPS = frozenset({"GetSBlock", "GetChildBlocks"})
+from ..search.default_schedule import default_schedule, is_default_trace
 
-
-def default_schedule(workload_mod: Any) -> Schedule:
-    """A schedule of ``workload_mod`` whose trace looks up its blocks and changes nothing."""
-    sch = Schedule(workload_mod)
-    sch.get_child_blocks(sch.get_sblock("root"))
-    return sch
-
-
-def is_default_trace(trace: Any) -> bool:
-    """True for the traces :func:`default_schedule` makes (the untuned code)."""
-    kinds = [str(inst.kind.name) for inst in trace.insts]
-    return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)
+__all__ = ["default_schedule", "is_default_trace", "measure_defaults"]
 
 
 def measure_defaults(contexts: list[Any], wanted: list[int], builder: Any, runner: Any) -> dict[int, tuple[Any, Any, Any]]:

@@ -37,12 +37,13 @@ from ..builder.intrinsics import load_tensor_intrinsics
 from ..common.failure import is_failed
 from ..errors import EdgetuneError, TuningInterrupted
 from ..history import open_history
-from ..history.warmstart import WarmStartReport, warm_start
+from ..history.warmstart import WarmStartReport, operator_signature, warm_start
 from ..measure.runner import TrackerRunner
 from ..profile import DeviceProfile
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
 from ..search.adaptive import SearchReport
 from ..search.factory import auto_population
+from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
 from .baseline import default_schedule, is_default_trace, measure_defaults
 from .cache import CandidateCache
@@ -222,7 +223,18 @@ class TuningPipeline:
             expected_trials_per_task=math.ceil(plan.remaining / max(1, len(plan.extracted))),
             report=run.search_report,
             suggested=per_type,
+            seeds=self.make_seed_provider(run) if tuning.transfer == "similar" else None,
         )
+
+    def make_seed_provider(self, run: _Run) -> Callable[[Any, int], list[Any]]:
+        """Candidates for a task's first batch from the best records of similar workloads in the history."""
+
+        def seeds(context: Any, limit: int) -> list[Any]:
+            records = [record for record, _board in run.history.successful_records(run.target, limit=2000)]
+            similar = best_similar_records(records, context.mod, operator_signature)
+            return transferred_candidates(context, similar, limit)
+
+        return seeds
 
     def make_contexts(self, run: _Run) -> None:
         """TuneContexts, weights and the progress record; ``--suggested`` settings read here."""

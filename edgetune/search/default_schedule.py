@@ -1,0 +1,28 @@
+"""A task's default schedule: the untuned code, as a candidate the history can store.
+
+The untuned build compiles each fused function as Relax lowered it. As a
+candidate that is a trace which only looks up the function's blocks: it
+changes nothing, yet makes a valid record (a record needs an instruction).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm.s_tir import Schedule
+
+#: the only instructions of a default-schedule trace: block lookups, which change nothing
+_LOOKUPS = frozenset({"GetSBlock", "GetChildBlocks"})
+
+
+def default_schedule(workload_mod: Any) -> Schedule:
+    """A schedule of ``workload_mod`` whose trace looks up its blocks and changes nothing."""
+    sch = Schedule(workload_mod)
+    sch.get_child_blocks(sch.get_sblock("root"))
+    return sch
+
+
+def is_default_trace(trace: Any) -> bool:
+    """True for the traces :func:`default_schedule` makes (the untuned code)."""
+    kinds = [str(inst.kind.name) for inst in trace.insts]
+    return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)

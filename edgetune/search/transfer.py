@@ -1,0 +1,122 @@
+"""Better starting points than random: schedules of the same operator at other shapes, replayed on this one.
+
+MetaSchedule seeds its evolutionary search only from records of the exact
+same workload. A ResNet has a dozen convolutions that differ only in shape,
+and the history of other models holds more: the best traces of those
+*similar* workloads (same operator signature, other shapes) are replayed on
+the new workload. A trace's tile sizes (``SamplePerfectTile`` decisions) were
+chosen for the old loop extents: each is adapted to the new extent, keeping
+the inner factors where they still divide it (:func:`adapt_tile`); the other
+decisions are kept. A trace that still does not apply (a block the new
+workload lacks, a compute location that no longer exists) or that a
+postprocessor rejects is skipped: transfer never fails a task.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tvm.s_tir.meta_schedule as ms
+from tvm.s_tir import Schedule
+
+from ..common.failure import is_failed
+from .default_schedule import is_default_trace
+
+
+def adapt_tile(factors: Sequence[int], extent: int) -> list[int]:
+    """Tile ``extent`` like ``factors`` tiled another extent.
+
+    From the innermost out, each factor is kept, or lowered to the largest
+    divisor of what is left of ``extent``; the outermost takes the rest.
+
+    >>> adapt_tile([4, 8, 2], 64)  # already valid
+    [4, 8, 2]
+    >>> adapt_tile([8, 8, 2], 56)  # 2 divides 56, 8 does not divide 28: 7 does
+    [4, 7, 2]
+    """
+    if extent <= 0 or not factors:
+        return list(factors)
+    remaining = int(extent)
+    inner: list[int] = []
+    for factor in reversed([int(f) for f in factors[1:]]):
+        factor = max(1, factor)
+        while remaining % factor:
+            factor -= 1
+        inner.append(factor)
+        remaining //= factor
+    return [remaining, *reversed(inner)]
+
+
+def transfer_trace(trace: Any, workload_mod: Any, postprocs: Sequence[Any], seed: int = 1) -> Schedule | None:
+    """``trace`` (from another shape) replayed on ``workload_mod`` with adapted tiles; None when it does not apply."""
+    sch = Schedule(workload_mod, seed=max(1, seed), debug_mask="none")
+
+    def provider(inst: Any, inputs: list[Any], attrs: list[Any], decision: Any) -> Any:
+        if decision is not None and inst.kind.name == "SamplePerfectTile":
+            extent = sch.get(inputs[0]).extent
+            if hasattr(extent, "value"):
+                return adapt_tile([int(d) for d in decision], int(extent.value))
+        return decision
+
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        sch.enter_postproc()
+        if not all(postproc.apply(sch) for postproc in postprocs):
+            return None
+    except Exception:  # noqa: BLE001 - TVM raises its own errors for every kind of mismatch; skip the trace
+        return None
+    return sch
+
+
+def transferred_candidates(context: Any, records: Iterable[Any], limit: int) -> list[Any]:
+    """Up to ``limit`` distinct candidates for ``context``'s workload from ``records`` of similar workloads, in order."""
+    import tvm_ffi
+
+    postprocs = list(context.space_generator.postprocs or [])
+    found: list[Any] = []
+    seen: set[int] = set()
+    for i, record in enumerate(records):
+        if len(found) >= limit:
+            break
+        sch = transfer_trace(record.trace, context.mod, postprocs, seed=i + 1)
+        if sch is None:
+            continue
+        key = int(tvm_ffi.structural_hash(sch.mod))
+        if key in seen:
+            continue
+        seen.add(key)
+        found.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+    return found
+
+
+def best_similar_records(
+    records: Iterable[Any], workload_mod: Any, signature_of: Any, per_workload: int = 2
+) -> list[Any]:
+    """The ``per_workload`` fastest records of each other workload with ``workload_mod``'s operator signature.
+
+    Default schedules (the untuned code) are left out: replayed, they give this
+    workload's own default, which is measured anyway.
+
+    Interleaved across workloads (best of each first), so a few seeds already
+    come from several shapes.
+    """
+    import tvm_ffi
+
+    wanted = signature_of(workload_mod)
+    own = int(tvm_ffi.structural_hash(workload_mod))
+    groups: dict[int, list[Any]] = defaultdict(list)
+    signatures: dict[int, Any] = {}
+    for record in records:
+        mod = record.workload.mod
+        key = int(tvm_ffi.structural_hash(mod))
+        if key == own or is_failed([float(x) for x in record.run_secs]) or is_default_trace(record.trace):
+            continue
+        if key not in signatures:
+            signatures[key] = signature_of(mod)
+        if signatures[key] == wanted:
+            groups[key].append(record)
+    ranked = [sorted(group, key=lambda r: float(np.mean([float(x) for x in r.run_secs])))[:per_workload] for group in groups.values()]
+    return [group[i] for i in range(per_workload) for group in ranked if i < len(group)]

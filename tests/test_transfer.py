@@ -1,0 +1,142 @@
+"""Trace transfer between shapes: adapted tiles, never a crash, and a better first batch than a cold start."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+import tvm.s_tir.meta_schedule as ms
+
+from edgetune.builder.intrinsics import load_tensor_intrinsics
+from edgetune.search.transfer import adapt_tile, best_similar_records, transfer_trace, transferred_candidates
+from edgetune.tasks import load_model, prepare_for_tuning
+
+TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+CONV = "fused_conv2d1_add1_relu1"  # demo:tiny-cnn's 16->32 channel stride-2 convolution
+
+
+@pytest.mark.parametrize(
+    "factors, extent, expected",
+    [([4, 8, 2], 64, [4, 8, 2]), ([8, 8, 2], 56, [4, 7, 2]), ([1, 16], 7, [1, 7]), ([2, 3, 5], 1, [1, 1, 1]), ([32], 12, [12])],
+)
+def test_adapt_tile_keeps_inner_factors_that_divide(factors, extent, expected) -> None:
+    tiled = adapt_tile(factors, extent)
+    assert tiled == expected and int(np.prod(tiled)) == extent and len(tiled) == len(factors)
+
+
+def conv_workload(res: int):
+    model = load_model(f"demo:tiny-cnn@{res}")
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(model.mod, TARGET), TARGET)
+    return next(t.dispatched[0] for t in tasks if t.task_name == CONV)
+
+
+def context_for(mod):
+    load_tensor_intrinsics(TARGET)
+    ctx = ms.TuneContext(mod=mod, target=TARGET, space_generator="post-order-apply", search_strategy="replay-trace",
+                         task_name=CONV, num_threads=1, rand_state=1)
+    return ctx
+
+
+def sampled_traces(mod, count: int):
+    """Fully decided traces of ``mod`` (what the history stores for measured candidates)."""
+    ctx = context_for(mod)
+    traces = []
+    for space in ctx.space_generator.generate_design_space(mod):
+        for seed in range(1, count + 1):
+            sch = tvm.s_tir.Schedule(mod, seed=seed, debug_mask="none")
+            try:
+                tvm.s_tir.schedule.Trace(space.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+            except Exception:  # noqa: BLE001 - an invalid sample
+                continue
+            traces.append(sch.trace)
+    return traces
+
+
+def test_transfer_between_shapes_gives_a_valid_schedule_or_none() -> None:
+    source, other = conv_workload(32), conv_workload(40)  # 16x16 -> 20x20 outputs: 8 and 16 tiles stop dividing
+    ctx = context_for(other)
+    postprocs = list(ctx.space_generator.postprocs)
+    traces = sampled_traces(source, 12)
+    assert len(traces) >= 12
+    valid = 0
+    for i, trace in enumerate(traces):
+        sch = transfer_trace(trace, other, postprocs, seed=i + 1)  # must never raise
+        if sch is None:
+            continue
+        valid += 1
+        # a valid schedule of the *new* workload: it builds and keeps its buffer shapes
+        tvm.compile(sch.mod, target=TARGET)
+        shapes = [list(a.as_json()) for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
+        assert shapes == [list(a.as_json()) for a in ms.arg_info.ArgInfo.from_entry_func(other, remove_preproc=True)]
+    assert valid >= len(traces) // 2, f"only {valid} of {len(traces)} traces transferred"
+
+
+def test_a_trace_of_another_operator_is_skipped_not_raised() -> None:
+    dense = next(
+        t.dispatched[0]
+        for t in ms.relax_integration.extract_tasks(prepare_for_tuning(load_model("demo:tiny-cnn").mod, TARGET), TARGET)
+        if "matmul" in t.task_name
+    )
+    ctx = context_for(conv_workload(32))
+    for trace in sampled_traces(dense, 4):
+        assert transfer_trace(trace, ctx.mod, list(ctx.space_generator.postprocs)) is None
+    assert transferred_candidates(ctx, [], limit=4) == []
+
+
+def test_best_similar_records_interleave_other_shapes_and_skip_own_and_default() -> None:
+    from edgetune.search.default_schedule import default_schedule
+    from edgetune.history.warmstart import operator_signature
+
+    own, a, b = conv_workload(32), conv_workload(40), conv_workload(48)
+
+    def record(mod, trace, sec):
+        return ms.database.TuningRecord(trace, ms.database.Workload(mod), [sec], TARGET, None)
+
+    traces = sampled_traces(a, 3)
+    records = [
+        record(a, traces[0], 3e-3), record(a, traces[1], 1e-3), record(a, default_schedule(a).trace, 1e-4),
+        record(b, traces[2], 2e-3), record(own, traces[0], 1e-5), record(b, traces[0], 1e10),
+    ]
+    picked = best_similar_records(records, own, operator_signature, per_workload=2)
+    secs = [float(r.run_secs[0]) for r in picked]
+    assert secs == [1e-3, 2e-3, 3e-3]  # best of each shape first; own workload, default and failures left out
+
+
+@pytest.mark.integration
+def test_transferred_start_beats_a_cold_first_batch(tmp_path, loopback_board) -> None:
+    """History of the convolution at 32x32 gives the 48x48 one a better first batch than a cold start."""
+    import shutil
+
+    from edgetune.board.base import TrackerBoard
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    from conftest import SESSION_KEY  # noqa: F401 - the session board's key
+
+    profile = load_profile("host").with_overrides(
+        rpc={"key": loopback_board.key},
+        tuning={"num_trials_per_iter": 4, "sampler": "none", "early_stop": "none"},
+        measure={"evaluator": "fixed"},
+    )
+
+    def tune(res: int, db: str, trials: int, transfer: str):
+        options = TuneOptions(
+            profile=profile.with_overrides(tuning={"transfer": transfer}), model=f"demo:tiny-cnn@{res}",
+            out_dir=tmp_path / f"{res}-{transfer}", db=db, trials=trials, evaluate=False, warm_start="off",
+            task_names=[CONV], board=TrackerBoard(loopback_board),
+        )
+        return run_tune(options)
+
+    source = str(tmp_path / "source.db")
+    tune(32, source, 1 + 24, "off")
+    best = {}
+    for transfer in ("similar", "off"):
+        db = tmp_path / f"{transfer}.db"
+        shutil.copy(source, db)
+        summary = tune(48, str(db), 1 + 4, transfer)  # the default schedule, then one batch of 4
+        (task,) = summary.tasks
+        assert task.trials_this_run == 5
+        best[transfer] = task.best_latency_us
+        assert summary.measurement_reduction["tasks"][0]["transferred"] == (2 if transfer == "similar" else 0)
+    print(best)
+    assert best["similar"] < best["off"], best

@@ -1,0 +1,104 @@
+"""Never worse than no tuning: default schedules are measured candidates, and model.so is never the slower build."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+import tvm
+import tvm.s_tir.meta_schedule as ms
+
+from edgetune.search.default_schedule import default_schedule, is_default_trace
+from edgetune.tasks import load_model, prepare_for_tuning
+
+TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+
+def workloads(spec: str = "demo:tiny-cnn"):
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(load_model(spec).mod, TARGET), TARGET)
+    return [t.dispatched[0] for t in tasks if not t.mod.attrs.get("tirx.is_scheduled", False)]
+
+
+def test_default_schedule_changes_nothing_and_is_a_valid_record() -> None:
+    for mod in workloads():
+        sch = default_schedule(mod)
+        tvm.ir.assert_structural_equal(sch.mod, mod)
+        assert is_default_trace(sch.trace)
+        record = ms.database.TuningRecord(sch.trace, ms.database.Workload(mod), [1e-3], TARGET, None)
+        # replaying the stored record (as compile_relax's ApplyDatabase does) gives the untuned function back
+        replay = tvm.s_tir.Schedule(mod)
+        record.trace.apply_to_schedule(replay, remove_postproc=False)
+        tvm.ir.assert_structural_equal(replay.mod, mod)
+
+
+def test_a_real_schedule_is_not_a_default_trace() -> None:
+    mod = workloads()[0]
+    sch = tvm.s_tir.Schedule(mod)
+    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+    sch.get_loops(block)
+    sch.parallel(sch.get_loops(block)[0])
+    assert not is_default_trace(sch.trace)
+
+
+@pytest.mark.integration
+def test_tasks_no_tuned_candidate_beats_keep_their_default(tmp_path: Path, loopback_board) -> None:
+    """With a budget of one trial per task only the defaults are measured: every task keeps its untuned code."""
+    from edgetune.board.base import TrackerBoard
+    from edgetune.history import open_history
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key})
+    n_tasks = len(workloads())
+    options = TuneOptions(
+        profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=n_tasks, board=TrackerBoard(loopback_board)
+    )
+    summary = run_tune(options)
+    assert summary.trials.this_run == n_tasks
+    assert sorted(summary.tasks_kept_default) == sorted(t.name for t in summary.tasks)
+    assert all(t.default_latency_us and t.default_latency_us == t.best_latency_us for t in summary.tasks)
+    history = open_history(summary.history, read_only=True)
+    try:
+        for mod in workloads():
+            assert is_default_trace(history.best_record(mod, profile.tvm_target()).trace)
+    finally:
+        history.close()
+    assert summary.end_to_end.outputs_match
+    # the summary file says which tasks kept it
+    assert (tmp_path / "summary.json").read_text().count('"kept_default": true') == n_tasks
+    # a rerun finds the defaults in the history and measures nothing again
+    again = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=n_tasks,
+                                 board=TrackerBoard(loopback_board), evaluate=False))
+    assert again.trials.this_run == 0 and len(again.tasks_kept_default) == n_tasks
+
+
+def test_model_so_is_the_untuned_build_when_the_tuned_one_measures_slower(tmp_path: Path, monkeypatch) -> None:
+    """Measured slower twice, the tuned build is set aside and model.so is the untuned build."""
+    import numpy as np
+
+    from edgetune.profile import load_profile
+    from edgetune.tuning import evaluate
+
+    def fake_export(executable, path, profile):
+        Path(path).write_bytes(executable)
+        return Path(path)
+
+    timings = {b"tuned": 2.0, b"untuned": 1.0}
+
+    def fake_run(address, device, path, inputs, **timing):
+        ms_ = timings[Path(path).read_bytes()]
+        return types.SimpleNamespace(outputs=[np.zeros(3)], latency=types.SimpleNamespace(median_ms=ms_, to_dict=lambda: {"median_ms": ms_}))
+
+    monkeypatch.setattr(evaluate, "compile_model", lambda mod, target, history=None: b"tuned" if history is not None else b"untuned")
+    monkeypatch.setattr(evaluate, "export_model", fake_export)
+    monkeypatch.setattr(evaluate, "run_on_board", fake_run)
+    model = types.SimpleNamespace(mod=None, inputs=[], random_inputs=lambda seed: {})
+    result = evaluate.evaluate_end_to_end(model, load_profile("host"), TARGET, object(), None, tmp_path)
+    assert result.delivered == "untuned"
+    assert (tmp_path / "model.so").read_bytes() == b"untuned"
+    assert (tmp_path / evaluate.SLOWER_TUNED_ARTIFACT_NAME).read_bytes() == b"tuned"
+    timings[b"tuned"] = 0.5  # faster: delivered as tuned
+    (tmp_path / "b").mkdir()
+    result = evaluate.evaluate_end_to_end(model, load_profile("host"), TARGET, object(), None, tmp_path / "b")
+    assert result.delivered == "tuned" and (tmp_path / "b" / "model.so").read_bytes() == b"tuned"

@@ -102,3 +102,23 @@ def test_model_so_is_the_untuned_build_when_the_tuned_one_measures_slower(tmp_pa
     (tmp_path / "b").mkdir()
     result = evaluate.evaluate_end_to_end(model, load_profile("host"), TARGET, object(), None, tmp_path / "b")
     assert result.delivered == "tuned" and (tmp_path / "b" / "model.so").read_bytes() == b"tuned"
+
+
+@pytest.mark.integration
+def test_minor_tasks_leave_the_budget_to_heavy_ones(tmp_path: Path, loopback_board) -> None:
+    """Tasks under tuning.minor_task_share of the untuned model measure at most minor_task_trials candidates."""
+    from edgetune.board.base import TrackerBoard
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"early_stop": "none"})
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=40, evaluate=False,
+                                   board=TrackerBoard(loopback_board)))
+    total = sum(t.weight * t.default_latency_us for t in summary.tasks)
+    minor = [t for t in summary.tasks if t.weight * t.default_latency_us < 0.01 * total]
+    heavy = [t for t in summary.tasks if t not in minor]
+    assert minor and heavy
+    for task in minor:
+        assert task.trial_cap == 2 and task.trials_this_run <= 1 + 2, task  # its default, then at most 2
+    assert all(t.trial_cap is None for t in heavy)
+    assert sum(t.trials_this_run for t in heavy) > sum(t.trials_this_run for t in minor)

@@ -111,8 +111,11 @@ def source_from_model(model_spec: str, profile_name: str, db: str | None, out_di
     from ..tasks import load_model
     from .compile import compile_model, export_model
 
+    from ..tasks.graph import prepare_graph
+
     profile = load_profile(profile_name)
-    model = load_model(model_spec)
+    # the layout the history's records were tuned in (tuning.conv_layout), or they would not apply
+    model = prepare_graph(load_model(model_spec), profile.tuning.conv_layout)
     target = profile.tvm_target()
     history = None
     if db:

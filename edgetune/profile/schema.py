@@ -39,6 +39,8 @@ EARLY_STOPS = ("adaptive", "fixed", "none")
 EXPLORATIONS = ("contextual", "fixed")
 #: where a task's first batch takes candidates from besides the search: "similar" workloads' best traces
 TRANSFERS = ("similar", "off")
+#: the layout 2-D convolutions are tuned and built in (see edgetune.tasks.graph)
+CONV_LAYOUTS = ("as-is", "NHWC")
 #: MetaSchedule search strategies.
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 #: MetaSchedule task schedulers.
@@ -122,6 +124,9 @@ class TuningSettings:
     early_stop_patience: int = 0
     exploration: str = "contextual"
     transfer: str = "similar"
+    conv_layout: str = "as-is"
+    minor_task_share: float = 0.01
+    minor_task_trials: int = 2
 
 
 @dataclass(frozen=True)
@@ -293,6 +298,9 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "early_stop_patience": _integer(0, default=0),
         "exploration": _string(EXPLORATIONS, default="contextual"),
         "transfer": _string(TRANSFERS, default="similar"),
+        "conv_layout": _string(CONV_LAYOUTS, default="as-is"),
+        "minor_task_share": _number(at_least=0, default=0.01),
+        "minor_task_trials": _integer(1, default=2),
     },
     "device": {
         "arch": _nonempty_string(default=_DERIVED),

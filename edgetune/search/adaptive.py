@@ -68,6 +68,7 @@ class TaskSearchReport:
     stopped_early: bool = False
     early_stop_limit: int | None = None
     transferred: int = 0  # candidates of the first batch transferred from similar workloads
+    capped: int | None = None  # at most this many measured: the task is worth little of the model
     exploration: list[float] = field(default_factory=list)  # eps_t per batch
 
     @property
@@ -86,6 +87,7 @@ class TaskSearchReport:
             "share_left_by_early_stop": max(0, self.share - self.proposed) if self.stopped_early else 0,
             "random_candidates": self.random_candidates,
             "transferred": self.transferred,
+            "capped": self.capped,
             "mean_exploration": round(float(np.mean(self.exploration)), 4) if self.exploration else None,
         }
 
@@ -143,6 +145,11 @@ class AdaptiveSearch(PySearchStrategy):
         Seed for random candidates and K-means.
     report:
         Where per-task reports are collected (shared with clones).
+    task_caps:
+        ``{task name: n}``, filled by the tuning loop once each task's default
+        schedule is measured (before the first batch): a task worth little of
+        the model's latency measures at most ``n`` candidates, so it does not
+        take slots from the heavy ones. Shared by the clones.
     seeds:
         ``seeds(context, limit)`` gives up to ``limit`` candidates transferred
         from similar workloads (:mod:`edgetune.search.transfer`); they take
@@ -172,6 +179,7 @@ class AdaptiveSearch(PySearchStrategy):
         report: SearchReport | None = None,
         suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
         seeds: Any = None,
+        task_caps: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
         if sampler not in ("kmeans", "none"):
@@ -196,6 +204,7 @@ class AdaptiveSearch(PySearchStrategy):
             seed=seed,
             suggested=suggested,
             seeds=seeds,
+            task_caps=task_caps,
         )
         self.report = report if report is not None else SearchReport()
         self.contextual = exploration == "contextual" and surrogate is not None
@@ -280,6 +289,11 @@ class AdaptiveSearch(PySearchStrategy):
 
     def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
         task = self._task
+        caps = self.params["task_caps"]
+        if caps and str(self.context.task_name) in caps:
+            limit = caps[str(self.context.task_name)]
+            self.cap = limit if self.cap is None else min(self.cap, limit)
+            task.capped = limit
         if task.proposed >= self.budget:
             return None
         if self.stopper.should_stop():

@@ -56,6 +56,7 @@ def make_search_strategy(
     report: Any = None,
     suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
     seeds: Any = None,
+    task_caps: dict[str, int] | None = None,
 ) -> Any:
     """A search strategy by name; ``population_size=0`` sizes the evolution to the batch.
 
@@ -67,7 +68,8 @@ def make_search_strategy(
     :func:`edgetune.history.suggest.settings_by_operator`) needs the wrapper
     too: each task's clone applies its own type's entry. Only the evolutionary
     search takes it, and ``seeds`` (candidates transferred from similar
-    workloads for each task's first batch, see :mod:`edgetune.search.transfer`).
+    workloads for each task's first batch, see :mod:`edgetune.search.transfer`)
+    and ``task_caps`` (measured-candidate caps of tasks worth little of the model).
     """
     _check("search_strategy", name, SEARCH_STRATEGIES)
     if name != "evolutionary":
@@ -79,7 +81,7 @@ def make_search_strategy(
 
     if suggested is not None and tuning is None:
         raise ValueError("suggested settings need the profile's tuning settings")
-    if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None or seeds is not None):
+    if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None or seeds is not None or task_caps is not None):
         return AdaptiveSearch(
             population_size=population,
             init_min_unmeasured=min(50, population // 2),
@@ -94,6 +96,7 @@ def make_search_strategy(
             report=report,
             suggested=suggested,
             seeds=seeds,
+            task_caps=task_caps,
         )
     return ms.search_strategy.EvolutionarySearch(
         population_size=population,

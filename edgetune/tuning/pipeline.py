@@ -45,6 +45,7 @@ from ..search.adaptive import SearchReport
 from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
+from ..tasks.graph import prepare_graph
 from .baseline import default_schedule, is_default_trace, measure_defaults
 from .cache import CandidateCache
 from .callbacks import RecordAndReport
@@ -136,6 +137,7 @@ class _Run:
     awaits: bool | None = None
     warm: WarmStartReport = field(default_factory=WarmStartReport)
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
+    task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
     callbacks: list[Any] = field(default_factory=list)
     interrupted: bool = False
     tune_seconds: float = 0.0
@@ -164,6 +166,8 @@ class TuningPipeline:
         check_combined_settings(self.profile)
         target = self.profile.tvm_target()
         model = load_model(self.options.model) if self.components.tasks is None else None
+        if model is not None:
+            model = prepare_graph(model, self.profile.tuning.conv_layout)
         return target, model
 
     def make_board(self, out_dir: Path) -> Board:
@@ -224,6 +228,7 @@ class TuningPipeline:
             report=run.search_report,
             suggested=per_type,
             seeds=self.make_seed_provider(run) if tuning.transfer == "similar" else None,
+            task_caps=run.task_caps,
         )
 
     def make_seed_provider(self, run: _Run) -> Callable[[Any, int], list[Any]]:
@@ -374,6 +379,7 @@ class TuningPipeline:
         try:
             with stop_on_signals(self.stop):
                 self.measure_default_schedules(run)
+                self.cap_minor_tasks(run)
                 if self.options.warm_start != "off":
                     progress.phase = "training the cost model on the history (warm start)"
                     self.sink.on_phase(progress)
@@ -409,6 +415,22 @@ class TuningPipeline:
             run.interrupted = True
         finally:
             run.tune_seconds = time.monotonic() - started
+
+    def cap_minor_tasks(self, run: _Run) -> None:
+        """Budget where it pays: a task whose untuned code is under ``minor_task_share`` of the model's gets few trials.
+
+        Reshapes, concatenations and small pools cannot gain much of the
+        model's latency; left alone, each takes a full batch from the heavy
+        convolutions in the scheduler's first round.
+        """
+        tuning = self.profile.tuning
+        costs = {t.name: t.weight * t.default_sec for t in run.progress.tasks if t.default_sec is not None}
+        total = sum(costs.values())
+        if not total or len(costs) < 2:
+            return
+        for name, cost in costs.items():
+            if cost < tuning.minor_task_share * total:
+                run.task_caps[name] = tuning.minor_task_trials
 
     def measure_default_schedules(self, run: _Run) -> None:
         """Each task's untuned code, measured once and stored: the search must beat it to replace it."""
@@ -473,7 +495,7 @@ class TuningPipeline:
             warm_start={"scope": self.options.warm_start, **run.warm.to_dict()},
             suggested=with_applied(run.suggested, run.search_report, run.contexts),
             interrupted=run.interrupted,
-            tasks=[_task_result(t, _kept_default(run, i)) for i, t in enumerate(progress.tasks)],
+            tasks=[_task_result(t, _kept_default(run, i), run.task_caps.get(t.name)) for i, t in enumerate(progress.tasks)],
             curve=[point.to_dict() for point in progress.curve],
         )
 
@@ -502,7 +524,7 @@ def _kept_default(run: _Run, index: int) -> bool:
     return best is not None and is_default_trace(best.trace)
 
 
-def _task_result(task: TaskProgress, kept_default: bool) -> TaskResult:
+def _task_result(task: TaskProgress, kept_default: bool, cap: int | None) -> TaskResult:
     return TaskResult(
         index=task.index,
         name=task.name,
@@ -515,6 +537,7 @@ def _task_result(task: TaskProgress, kept_default: bool) -> TaskResult:
         best_gflops=task.best_gflops,
         default_latency_us=None if task.default_sec is None else task.default_sec * 1e6,
         kept_default=kept_default,
+        trial_cap=cap,
     )
 
 

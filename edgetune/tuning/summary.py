@@ -74,6 +74,7 @@ class TaskResult:
     best_gflops: float | None
     default_latency_us: float | None = None  # the untuned code of this task, measured as the first candidate
     kept_default: bool = False  # no tuned candidate beat the untuned code: the delivered model keeps it
+    trial_cap: int | None = None  # a minor task (tuning.minor_task_share): at most this many measured
 
 
 @dataclass

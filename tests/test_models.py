@@ -55,7 +55,7 @@ def _write_single_op_model(
 
 
 def test_demo_names() -> None:
-    assert demo_model_names() == ["tiny-cnn", "resnet18", "mobilenetv2"]
+    assert demo_model_names() == ["tiny-cnn", "resnet18", "mobilenetv2", "squeezenet", "transformer"]
 
 
 def test_tiny_cnn_metadata(tiny: LoadedModel) -> None:
@@ -110,7 +110,7 @@ def test_reference_outputs_rejects_wrong_inputs(tiny: LoadedModel) -> None:
 
 @pytest.mark.parametrize(
     ("name", "convs", "depthwise"),
-    [("resnet18", 20, 0), ("mobilenetv2", 52, 17)],
+    [("resnet18", 20, 0), ("mobilenetv2", 52, 17), ("squeezenet", 26, 0)],
 )
 def test_large_demos_at_reduced_resolution(name: str, convs: int, depthwise: int) -> None:
     model = load_model(f"demo:{name}@64")
@@ -259,10 +259,24 @@ def test_op_tvm_cannot_import(tmp_path: Path) -> None:
     assert message.endswith("Celu")
 
 
+def test_transformer_block_demo() -> None:
+    """A pre-norm encoder block: LayerNorm, attention as MatMul + Softmax, erf-GELU MLP, residual adds."""
+    model = load_model("demo:transformer@16")
+    assert model.inputs[0].shape == (1, 16, 128)
+    ops = [n.op_type for n in onnx.load_model_from_string(model.onnx_bytes).graph.node]
+    assert ops.count("LayerNormalization") == 2 and ops.count("Softmax") == 1 and ops.count("Erf") == 1
+    assert ops.count("MatMul") == 8  # q, k, v, scores, context, projection, MLP in and out
+    x = model.random_inputs()
+    (out,) = model.reference_outputs(x)
+    assert out.shape == (1, 16, 128) and np.isfinite(out).all()
+    # the residual path carries the input through
+    assert np.corrcoef(out.ravel(), x["input"].ravel())[0, 1] > 0.5
+
+
 def test_unknown_demo_name() -> None:
     assert _error_of("demo:resnet19") == (
         "unknown demo model 'demo:resnet19' (did you mean 'demo:resnet18'?); "
-        "available: demo:tiny-cnn, demo:resnet18, demo:mobilenetv2"
+        "available: demo:tiny-cnn, demo:resnet18, demo:mobilenetv2, demo:squeezenet, demo:transformer"
     )
     assert "did you mean" not in _error_of("demo:xyz")
 

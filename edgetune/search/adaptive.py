@@ -118,6 +118,10 @@ class SearchReport:
         }
 
 
+#: batches of a run that look for transferred candidates before giving up
+TRANSFER_ATTEMPTS = 3
+
+
 @derived_object
 class AdaptiveSearch(PySearchStrategy):
     """Evolutionary search plus the measurement-reducing components (see module docstring).
@@ -153,7 +157,8 @@ class AdaptiveSearch(PySearchStrategy):
     seeds:
         ``seeds(context, limit)`` gives up to ``limit`` candidates transferred
         from similar workloads (:mod:`edgetune.search.transfer`); they take
-        up to half of the task's first batch in this run. None: no transfer.
+        up to half of the first batch of this run that finds some (of the
+        first three). None: no transfer.
     suggested:
         Settings per task type, ``{operator signature: {"max_trials": n,
         "kmeans_distance_ratio": r or None}}``
@@ -218,7 +223,8 @@ class AdaptiveSearch(PySearchStrategy):
         self._task: TaskSearchReport | None = None
         self.cap: int | None = None  # hard cap on measured candidates (suggested, fixed/no early stop)
         self.applied: dict[str, Any] | None = None  # what ``suggested`` gave this task
-        self.seeded = False  # the first batch of this run took its transferred candidates
+        self.seeded = False  # a batch of this run took transferred candidates (or stopped trying)
+        self.transfer_attempts = 0
 
     def _make_components(self, early_stop_params: dict[str, Any], distance_ratio: float | None) -> None:
         """The early stop and the K-means sampler (``distance_ratio`` None: no sampling)."""
@@ -333,13 +339,22 @@ class AdaptiveSearch(PySearchStrategy):
 
     # -- components ----------------------------------------------------------------
     def _with_transferred(self, batch: list[Any]) -> list[Any]:
-        """The first batch with up to half of it replaced by candidates transferred from similar workloads."""
-        self.seeded = True
+        """The batch with up to half of it replaced by candidates transferred from similar workloads.
+
+        Tried on each batch until some are found, at most ``TRANSFER_ATTEMPTS``
+        times: MetaSchedule's own schedulers commit a round's results only
+        after every task had its first batch, so the second batch is the first
+        that can see what the other shapes found.
+        """
+        self.transfer_attempts += 1
         provider = self.params["seeds"]
-        if provider is None or not batch:
+        if provider is None or not batch or self.transfer_attempts > TRANSFER_ATTEMPTS:
+            self.seeded = True
             return batch
         seeds = provider(self.context, max(1, len(batch) // 2))
-        self._task.transferred = len(seeds)
+        if seeds:
+            self.seeded = True
+            self._task.transferred += len(seeds)
         return seeds + batch[: len(batch) - len(seeds)]
 
     def _explore(self, batch: list[Any]) -> list[Any]:

@@ -417,20 +417,31 @@ class TuningPipeline:
             run.tune_seconds = time.monotonic() - started
 
     def cap_minor_tasks(self, run: _Run) -> None:
-        """Budget where it pays: a task whose untuned code is under ``minor_task_share`` of the model's gets few trials.
+        """Budget where it pays: a task that cannot matter to the tuned model gets few trials.
 
-        Reshapes, concatenations and small pools cannot gain much of the
-        model's latency; left alone, each takes a full batch from the heavy
-        convolutions in the scheduler's first round.
+        Reshapes, concatenations and small pools cannot gain much; left alone,
+        each takes a full batch from the heavy convolutions in the scheduler's
+        first round. "Matter" is judged against the model as it may be once
+        tuned, not as it is untuned (where naive convolutions dwarf
+        everything): each task is expected to reach half the profile's peak
+        GFLOPS, or to stay at its untuned latency if that is lower, and a task
+        whose untuned latency is under ``minor_task_share`` of that expected
+        model is minor.
         """
-        tuning = self.profile.tuning
-        costs = {t.name: t.weight * t.default_sec for t in run.progress.tasks if t.default_sec is not None}
-        total = sum(costs.values())
-        if not total or len(costs) < 2:
+        tuning, peak = self.profile.tuning, self.profile.device.peak_gflops
+        tasks = [t for t in run.progress.tasks if t.default_sec is not None]
+        if len(tasks) < 2:
             return
-        for name, cost in costs.items():
-            if cost < tuning.minor_task_share * total:
-                run.task_caps[name] = tuning.minor_task_trials
+
+        def expected_sec(task: TaskProgress) -> float:
+            if not peak or not task.flops:
+                return task.default_sec
+            return min(task.default_sec, task.flops / (0.5 * peak * 1e9))
+
+        model = sum(t.weight * expected_sec(t) for t in tasks)
+        for task in tasks:
+            if model and task.weight * task.default_sec < tuning.minor_task_share * model:
+                run.task_caps[task.name] = tuning.minor_task_trials
 
     def measure_default_schedules(self, run: _Run) -> None:
         """Each task's untuned code, measured once and stored: the search must beat it to replace it."""

@@ -124,3 +124,28 @@ def test_minor_tasks_leave_the_budget_to_heavy_ones(tmp_path: Path, loopback_boa
         assert task.trial_cap == 2 and task.trials_this_run <= 1 + 2, task  # its default, then at most 2
     assert all(t.trial_cap is None for t in heavy)
     assert sum(t.trials_this_run for t in heavy) > sum(t.trials_this_run for t in minor)
+
+
+@pytest.mark.integration
+def test_stock_scheduler_on_a_board_sharing_the_host_cpu_awaits_each_batch(tmp_path: Path, loopback_board, monkeypatch) -> None:
+    """Gradient on a board that is this host's CPU: batches are measured before the next is built."""
+    from edgetune.board.base import TrackerBoard
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, pipeline, run_tune
+
+    class HostCpuBoard(TrackerBoard):
+        awaits_measurements = True
+
+    wrapped = []
+    real = pipeline.AwaitingRunner
+    monkeypatch.setattr(pipeline, "AwaitingRunner", lambda inner: wrapped.append(inner) or real(inner))
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"task_scheduler": "gradient"})
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=8, evaluate=False,
+                                   board=HostCpuBoard(loopback_board)))
+    assert len(wrapped) == 1 and summary.search.scheduler_awaits_measurements is True
+    assert summary.trials.measured_on_device >= 8
+    # a real board (TrackerBoard) keeps MetaSchedule's overlap of measuring and building
+    wrapped.clear()
+    run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "b", trials=6, evaluate=False,
+                         board=TrackerBoard(loopback_board)))
+    assert wrapped == []

@@ -38,6 +38,7 @@ from ..common.failure import is_failed
 from ..errors import EdgetuneError, TuningInterrupted
 from ..history import open_history
 from ..history.warmstart import WarmStartReport, operator_signature, warm_start
+from ..measure.awaiting import AwaitingRunner
 from ..measure.runner import TrackerRunner
 from ..profile import DeviceProfile
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
@@ -341,9 +342,9 @@ class TuningPipeline:
                 stack.callback(run.runner.close)
             run.scheduler_name = self.options.scheduler or self.profile.tuning.task_scheduler
             # The embedded board is this host's CPU: a batch timed while the next one is
-            # searched and built comes out slow, so edgetune's schedulers never overlap them
-            # there. MetaSchedule's own schedulers cannot be told (None in the summary).
-            run.awaits = None if run.scheduler_name in STOCK_SCHEDULERS else board.awaits_measurements
+            # searched and built comes out slow, so no scheduler overlaps them there
+            # (edgetune's wait themselves, MetaSchedule's through AwaitingRunner).
+            run.awaits = board.awaits_measurements
             if run.plan.remaining > 0 and run.contexts:
                 self.tune(run)
             summary = self.summarize(run)
@@ -374,6 +375,9 @@ class TuningPipeline:
         progress.started = time.monotonic()
         self.sink.on_phase(progress)
         runner = self.components.wrap_runner(run.runner) if self.components.wrap_runner else run.runner
+        if run.board.awaits_measurements and run.scheduler_name in STOCK_SCHEDULERS and not self.components.wrap_runner:
+            # MetaSchedule's schedulers would time this batch while the host builds the next one
+            runner = AwaitingRunner(runner)
         run.callbacks = self.make_callbacks(run, run.runner)
         started = time.monotonic()
         try:

@@ -58,7 +58,7 @@ class SearchInfo:
     num_trials_per_iter: int
     cost_model: str
     task_scheduler: str
-    scheduler_awaits_measurements: bool | None  # None: MetaSchedule's own scheduler, which cannot be told
+    scheduler_awaits_measurements: bool | None  # True on a board that shares the host's CPU (see measure.awaiting)
 
 
 @dataclass

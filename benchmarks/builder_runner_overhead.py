@@ -155,7 +155,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     # ---- timed window starts: builder, runner, TuneContexts, tune_tasks ----
     t_tune = time.perf_counter()
     if args.one == "edgetune":
-        from edgetune.board.tracker import TrackerAddress
+        from edgetune.board.rpc_tracker import TrackerAddress
         from edgetune.builder.builder import WarmBuilder
         from edgetune.builder.intrinsics import load_tensor_intrinsics
         from edgetune.measure.runner import MeasureConfig, TrackerRunner

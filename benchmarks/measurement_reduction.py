@@ -58,7 +58,7 @@ from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.measure.runner import TrackerRunner
 from edgetune.profile.schema import MeasureSettings, TuningSettings
 from edgetune.search import make_cost_model, make_search_strategy
-from edgetune.search.adaptive import SearchReport
+from edgetune.search.strategy import SearchReport
 from edgetune.tasks import load_model, prepare_for_tuning
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from edgetune.board.local import LocalBoard
-from edgetune.board.tracker import TrackerAddress
+from edgetune.board.rpc_tracker import TrackerAddress
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent

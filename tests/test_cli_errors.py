@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import SESSION_KEY, require_tool, run_cli
-from edgetune.board.tracker import TrackerAddress, free_port
+from edgetune.board.rpc_tracker import TrackerAddress, free_port
 
 
 def assert_one_line_error(result, *needles: str) -> str:

@@ -15,7 +15,7 @@ from conftest import run_cli
 from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.history.suggest import _records_by_id, _replay_windows, sampling_ratio, settings_by_operator, suggest_settings
-from edgetune.search.adaptive import AdaptiveSearch, SearchReport
+from edgetune.search.strategy import AdaptiveSearch, SearchReport
 from edgetune.search.sampling import KMeansSampler
 from edgetune.search.surrogate import CandidateFeatures
 from test_warmstart import TARGET, add, candidates, matmul

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from edgetune.measure.adaptive import PROBE_RUNS, AdaptiveEvaluator, cumulative_cv
+from edgetune.measure.evaluator import PROBE_RUNS, AdaptiveEvaluator, cumulative_cv
 from edgetune.search.early_stop import AdaptiveEarlyStop, EarlyStop, FixedEarlyStop, make_early_stop
 from edgetune.search.sampling import KMeansSampler
 from edgetune.search.surrogate import aggregate_features, expected_improvement

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetune.board.tracker import TrackerAddress, device_counts, tracker_summary
+from edgetune.board.rpc_tracker import TrackerAddress, device_counts, tracker_summary
 from harness.sshd import NetNamespace, start_sshd
 from provision_fixtures import Site, assert_one_error, free_port, netns_sshd, port_refuses  # noqa: F401
 

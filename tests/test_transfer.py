@@ -85,7 +85,7 @@ def test_a_trace_of_another_operator_is_skipped_not_raised() -> None:
 
 def test_best_similar_records_interleave_other_shapes_and_skip_own_and_default() -> None:
     from edgetune.search.default_schedule import default_schedule
-    from edgetune.history.warmstart import operator_signature
+    from edgetune.tasks.signature import operator_signature
 
     own, a, b = conv_workload(32), conv_workload(40), conv_workload(48)
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from conftest import SESSION_KEY, run_cli
-from edgetune.board.tracker import TrackerAddress
+from edgetune.board.rpc_tracker import TrackerAddress
 
 pytestmark = pytest.mark.integration
 
@@ -205,7 +205,7 @@ def _history_of_two_task_types(db: Path) -> None:
 
     from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.history import open_history
-    from edgetune.history.warmstart import operator_signature
+    from edgetune.tasks.signature import operator_signature
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model, prepare_for_tuning
 

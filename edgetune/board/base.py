@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BoardError
-from .tracker import TrackerAddress, check_device_available
+from .rpc_tracker import TrackerAddress, check_device_available
 
 
 class Board(ABC):

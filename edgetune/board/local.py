@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..errors import BoardError
-from .tracker import TrackerAddress, device_counts, free_port, tracker_summary
+from .rpc_tracker import TrackerAddress, device_counts, free_port, tracker_summary
 
 LOOPBACK = "127.0.0.1"
 

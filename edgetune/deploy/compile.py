@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..board.tracker import TrackerAddress, request_session
+from ..board.rpc_tracker import TrackerAddress, request_session
 from ..builder.builder import shared_library_linker
 from ..profile import DeviceProfile
 

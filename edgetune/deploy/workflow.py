@@ -247,7 +247,7 @@ def _write_remote_atomic(connection: BoardConnection, path: str, data: bytes) ->
 def _verify_rpc(entry: BoardEntry, inventory: Inventory, profile: Any, artifact: Path, inputs: Any, reference: Any,
                 tolerance: Tolerance, log: Callable[[str], None]) -> dict[str, Any]:
     """Load the same bytes through the board's RPC server and compare outputs with the host."""
-    from ..board.tracker import TrackerAddress
+    from ..board.rpc_tracker import TrackerAddress
     from .compile import compare_outputs, run_on_board
 
     host = "127.0.0.1" if inventory.tracker.host in ("0.0.0.0", "") else inventory.tracker.host

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 
 from edgetune import __version__
 from edgetune.common.failure import is_failed
+from edgetune.tasks.signature import block_names
 from edgetune.errors import HistoryError
 from edgetune.history.database import (
     TUNING_RECORD_FILE,
@@ -86,27 +87,11 @@ def _task_name(mod: tvm.IRModule) -> str:
             symbol = None
         name = symbol or gvar.name_hint
         if name == "main":
-            blocks = _block_names(mod)
+            blocks = block_names(mod)
             if blocks:
                 name = "+".join(blocks[:3]) + ("+..." if len(blocks) > 3 else "")
         names.append(name)
     return ", ".join(sorted(names)) or "?"
-
-
-def _block_names(mod: tvm.IRModule) -> list[str]:
-    """Names of the module's blocks (the operators), read from its JSON graph."""
-    try:
-        nodes = json.loads(tvm.ir.save_json(mod))["nodes"]
-        found: list[str] = []
-        for node in nodes:
-            if str(node.get("type", "")).endswith("Block"):
-                name = nodes[node["data"]["name_hint"]]
-                text = name.get("data") if isinstance(name, dict) else None
-                if isinstance(text, str) and text != "root" and text not in found:
-                    found.append(text)
-        return found
-    except Exception:  # noqa: BLE001 - a label only; never fail stats over it
-        return []
 
 
 def _args_label(args_info_json: str) -> str:

@@ -10,7 +10,7 @@ order they were committed:
   found theirs, with a margin, rounded up to whole batches;
 * K-means sampling: each workload's first records (``sampling_records``) are
   replayed in windows of one batch; every window's candidates get the
-  features :class:`~edgetune.search.adaptive.AdaptiveSearch` gives the sampler
+  features :class:`~edgetune.search.strategy.AdaptiveSearch` gives the sampler
   (the traces re-applied to the workload,
   :class:`~edgetune.search.surrogate.CandidateFeatures`), and
   :class:`~edgetune.search.sampling.KMeansSampler` picks its subset at each
@@ -22,7 +22,7 @@ order they were committed:
 
 ``edgetune db suggest`` shows the suggestions; ``edgetune tune --suggested``
 applies each task's own type's settings (:func:`settings_by_operator`, read
-by :class:`~edgetune.search.adaptive.AdaptiveSearch` per task): with the
+by :class:`~edgetune.search.strategy.AdaptiveSearch` per task): with the
 adaptive early stop the count is the task's initial maximum ``im``, with the
 fixed or no early stop a hard cap; the ratio replaces the profile's
 ``kmeans_distance_ratio`` when the profile samples with K-means.
@@ -45,7 +45,7 @@ import sqlalchemy as sa
 from .database import HistoryDatabase
 from .maintenance import _target_label
 from .schema import records
-from .warmstart import operator_signature
+from ..tasks.signature import operator_signature
 
 
 @dataclass
@@ -241,7 +241,7 @@ def _records_by_id(db: HistoryDatabase, record_ids: list[int]) -> list[Any]:
 
 
 def settings_by_operator(suggestions: list[Suggestion]) -> dict[tuple[str, ...], dict[str, Any]]:
-    """What :class:`~edgetune.search.adaptive.AdaptiveSearch` applies per task type:
+    """What :class:`~edgetune.search.strategy.AdaptiveSearch` applies per task type:
     ``{operator signature: {"max_trials": n, "kmeans_distance_ratio": r or None}}``.
 
     The suggestions must be of one target (``suggest_settings(target=...)``).

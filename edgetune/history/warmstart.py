@@ -24,7 +24,7 @@ import tvm
 import tvm_ffi
 
 from .database import HistoryDatabase
-from .maintenance import _block_names
+from ..tasks.signature import operator_signature
 
 
 WARM_START_SCOPES = ("same", "auto", "similar")
@@ -53,15 +53,6 @@ class WarmStartReport:
             "skipped_other_board": self.skipped_other_board,
             "groups": self.groups,
         }
-
-
-def operator_signature(mod: tvm.IRModule) -> tuple[str, ...]:
-    """The operator a workload computes, shape-free: its compute block names in order.
-
-    ``conv2d_nchw`` + ``T_add`` + ``compute`` (relu) at 32x32 and at 64x64 give
-    the same signature; a dense layer gives another.
-    """
-    return tuple(_block_names(mod))
 
 
 def warm_start(

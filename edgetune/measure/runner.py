@@ -23,10 +23,10 @@ import numpy as np
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerInput, RunnerResult
 from tvm.ir.utils import derived_object
 
-from ..board.tracker import TrackerAddress, request_session
+from ..board.rpc_tracker import TrackerAddress, request_session
 from ..builder.builder import CACHED_ARTIFACT_PREFIX
 from ..profile.schema import MeasureSettings
-from .adaptive import AdaptiveEvaluator, AdaptiveResult
+from .evaluator import AdaptiveEvaluator, AdaptiveResult
 
 
 

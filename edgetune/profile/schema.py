@@ -111,7 +111,7 @@ class TuningSettings:
     population_size: int = 0
     task_scheduler: str = "gradient"
     seed: int = 0
-    # measurement reduction (see edgetune/search/adaptive.py)
+    # measurement reduction (see edgetune/search/strategy.py)
     sampler: str = "kmeans"
     kmeans_distance_ratio: float = 0.3
     early_stop: str = "adaptive"

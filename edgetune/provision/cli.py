@@ -129,7 +129,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_teardown(args: argparse.Namespace) -> int:
     from .inventory import load_inventory
-    from .tracker import stop_tracker
+    from .host_tracker import stop_tracker
     from .workflow import teardown_board
 
     inventory = load_inventory(args.inventory)

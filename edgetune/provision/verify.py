@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..board.tracker import TrackerAddress, device_counts, request_session, tracker_summary
+from ..board.rpc_tracker import TrackerAddress, device_counts, request_session, tracker_summary
 from ..builder.builder import shared_library_linker
 from ..errors import ProvisionError
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..board.tracker import device_counts, tracker_summary
+from ..board.rpc_tracker import device_counts, tracker_summary
 from ..errors import BoardError, EdgetuneError, ProvisionError
 from ..profile import load_profile
 from .detect import BoardFacts, check_profile, detect, require_python
@@ -21,7 +21,7 @@ from .inventory import BoardEntry, Inventory
 from .runtime import check_preinstalled, ensure_runtime, installed_runtime, remote_dir
 from .server import server_config, server_log_tail, server_pid, set_governor, start_server, stop_server
 from .ssh import BoardConnection
-from .tracker import HostTracker, ensure_tracker, running_tracker
+from .host_tracker import HostTracker, ensure_tracker, running_tracker
 from .tunnel import ensure_tunnel, running_tunnel, stop_tunnel
 from .verify import round_trip, wait_registered
 

@@ -26,7 +26,7 @@ every measured batch; ``should_stop`` before asking for the next batch):
   without a better candidate.
 
 Trials here are measured candidates, as in the paper; the search strategy
-separately caps the candidates it proposes (see ``edgetune.search.adaptive``).
+separately caps the candidates it proposes (see ``edgetune.search.strategy``).
 """
 
 from __future__ import annotations

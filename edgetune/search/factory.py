@@ -62,7 +62,7 @@ def make_search_strategy(
 
     With ``tuning`` (a profile's ``[tuning]`` settings) asking for sampling,
     early stop or contextual exploration, the evolutionary search is wrapped in
-    :class:`~edgetune.search.adaptive.AdaptiveSearch`; ``surrogate`` is the
+    :class:`~edgetune.search.strategy.AdaptiveSearch`; ``surrogate`` is the
     cost model object (contextual exploration reads its uncertainty).
     ``suggested`` (settings per task type from the history, see
     :func:`edgetune.history.suggest.settings_by_operator`) needs the wrapper
@@ -77,7 +77,7 @@ def make_search_strategy(
     if population_size < 0:
         raise ValueError(f"population_size must be >= 0, got {population_size!r} instead")
     population = population_size or auto_population(num_trials_per_iter)
-    from .adaptive import AdaptiveSearch, uses_adaptive_search
+    from .strategy import AdaptiveSearch, uses_adaptive_search
 
     if suggested is not None and tuning is None:
         raise ValueError("suggested settings need the profile's tuning settings")

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..board.tracker import TrackerAddress
+from ..board.rpc_tracker import TrackerAddress
 from ..deploy.compile import compare_outputs, compile_model, export_model, run_on_board
 from ..errors import TargetError
 from ..profile import DeviceProfile

@@ -31,18 +31,19 @@ import tvm.s_tir.meta_schedule as ms
 
 from .. import __version__
 from ..board.base import Board, board_for
-from ..board.tracker import TrackerAddress
+from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
 from ..common.failure import is_failed
 from ..errors import EdgetuneError, TuningInterrupted
 from ..history import open_history
-from ..history.warmstart import WarmStartReport, operator_signature, warm_start
+from ..history.warmstart import WarmStartReport, warm_start
+from ..tasks.signature import operator_signature
 from ..measure.awaiting import AwaitingRunner
 from ..measure.runner import TrackerRunner
 from ..profile import DeviceProfile
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
-from ..search.adaptive import SearchReport
+from ..search.strategy import SearchReport
 from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning

@@ -6,9 +6,9 @@ from typing import Any
 
 from ..errors import ProfileError
 from ..history.suggest import settings_by_operator, suggest_settings
-from ..history.warmstart import operator_signature
+from ..tasks.signature import operator_signature
 from ..profile import DeviceProfile
-from ..search.adaptive import SearchReport
+from ..search.strategy import SearchReport
 
 #: one JSON line per candidate timed by the adaptive evaluator: runs used, final CV
 MEASUREMENT_LOG = "measurements.jsonl"
@@ -16,7 +16,7 @@ MEASUREMENT_LOG = "measurements.jsonl"
 
 def check_combined_settings(profile: DeviceProfile) -> None:
     """Settings that are valid one by one but not together fail here, as profile errors."""
-    from ..measure.adaptive import AdaptiveEvaluator
+    from ..measure.evaluator import AdaptiveEvaluator
     from ..search.early_stop import make_early_stop
     from ..search.factory import early_stop_params
 
@@ -39,7 +39,7 @@ def suggested_settings(
 
     Returns the summary's ``suggested`` entry (its ``message`` says which task
     types keep the profile's settings) and ``{operator: settings}`` for
-    :class:`~edgetune.search.adaptive.AdaptiveSearch` (None when the profile's
+    :class:`~edgetune.search.strategy.AdaptiveSearch` (None when the profile's
     search strategy cannot take them).
     """
     tuning = profile.tuning

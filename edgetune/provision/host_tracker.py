@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..board.tracker import TrackerAddress, tracker_summary
+from ..board.rpc_tracker import TrackerAddress, tracker_summary
 from ..errors import BoardError, ProvisionError
 from .inventory import TrackerSettings
 from .state import pid_alive, read_record, state_dir, terminate_group, write_record

@@ -233,7 +233,7 @@ class AdaptiveSearch(PySearchStrategy):
 
     def _apply_suggested(self, context: Any) -> None:
         """This task's type's suggested settings, or the profile's (see the module docstring)."""
-        from edgetune.history.warmstart import operator_signature
+        from edgetune.tasks.signature import operator_signature
 
         suggested = self.params["suggested"]
         early_stop_params = dict(self.params["early_stop_params"])

@@ -9,13 +9,13 @@ from __future__ import annotations
 import gc
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..common.rpc import remote_module, unique_remote_name
 from ..board.rpc_tracker import TrackerAddress, request_session
 from ..builder.builder import shared_library_linker
 from ..profile import DeviceProfile
@@ -124,10 +124,7 @@ def _run_in_session(
     import tvm
     from tvm import relax
 
-    remote_name = f"edgetune-model-{os.getpid()}-{time.monotonic_ns()}.so"
-    session.upload(str(artifact), remote_name)
-    try:
-        rt_mod = session.load_module(remote_name)
+    with remote_module(session, artifact, unique_remote_name("edgetune-model")) as rt_mod:
         device = session.device(device_type, 0)
         vm = relax.VirtualMachine(rt_mod, device)
         args = [tvm.runtime.tensor(x, device=device) for x in inputs]
@@ -137,11 +134,6 @@ def _run_in_session(
         timer = vm.time_evaluator("invoke_stateful", device, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
         seconds = [float(r) for r in timer("main").results]
         return BoardRun(outputs=outputs, latency=LatencyStats.from_seconds(seconds))
-    finally:
-        try:
-            session.remove(remote_name)
-        except Exception:  # best effort; the server's temp dir is removed with it
-            pass
 
 
 def _to_numpy(value: Any) -> list[np.ndarray]:

@@ -25,6 +25,7 @@ from tvm.ir.utils import derived_object
 
 from ..board.rpc_tracker import TrackerAddress, request_session
 from ..builder.builder import CACHED_ARTIFACT_PREFIX
+from ..common.rpc import remote_module
 from ..profile.schema import MeasureSettings
 from .evaluator import AdaptiveEvaluator, AdaptiveResult
 
@@ -184,18 +185,9 @@ class TrackerRunner(PyRunner):
             self.stats.errors.append(message.splitlines()[0])
         return RunnerResult(None, message)
 
-    def _measure_one(self, session: Any, artifact: str, args_info: list[Any]) -> list[float]:
-        import tvm
-
-        started = time.perf_counter()
-        remote_name = f"edgetune-{os.getpid()}-{threading.get_ident()}-{os.path.basename(os.path.dirname(artifact))}.so"
-        session.upload(artifact, remote_name)
-        rt_mod = session.load_module(remote_name)
-        device = session.device(self.device, 0)
-        args = allocate_arguments(session, device, args_info)
-        uploaded = time.perf_counter()
+    def _time(self, rt_mod: Any, device: Any, args: list[Any]) -> tuple[list[float], AdaptiveResult | None]:
+        """Run times of the loaded candidate: the fixed evaluator's, or the adaptive one's mean."""
         preproc = "cache_flush_cpu_non_first_arg" if self.config.enable_cpu_cache_flush else ""
-        adaptive: AdaptiveResult | None = None
         if self.evaluator is None:
             evaluator = rt_mod.time_evaluator(
                 rt_mod.entry_name,
@@ -206,26 +198,28 @@ class TrackerRunner(PyRunner):
                 f_preproc=preproc,
             )
             device.sync()
-            costs = [float(c) for c in evaluator(*args).results]
-        else:
-            # one remote call per micro-batch: `repeat` single runs, each timed separately
-            timers: dict[int, Any] = {}
+            return [float(c) for c in evaluator(*args).results], None
+        # one remote call per micro-batch: `repeat` single runs, each timed separately
+        timers: dict[int, Any] = {}
 
-            def time_runs(count: int) -> list[float]:
-                if count not in timers:
-                    timers[count] = rt_mod.time_evaluator(
-                        rt_mod.entry_name, device, number=1, repeat=count, min_repeat_ms=0, f_preproc=preproc
-                    )
-                return [float(c) for c in timers[count](*args).results]
+        def time_runs(count: int) -> list[float]:
+            if count not in timers:
+                timers[count] = rt_mod.time_evaluator(rt_mod.entry_name, device, number=1, repeat=count, min_repeat_ms=0, f_preproc=preproc)
+            return [float(c) for c in timers[count](*args).results]
 
-            device.sync()
-            adaptive = self.evaluator.measure(time_runs)
-            costs = [adaptive.mean_sec]
-        timed = time.perf_counter()
-        try:
-            session.remove(remote_name)
-        except tvm.TVMError:  # best effort: the server's temp dir goes with it anyway
-            pass
+        device.sync()
+        adaptive = self.evaluator.measure(time_runs)
+        return [adaptive.mean_sec], adaptive
+
+    def _measure_one(self, session: Any, artifact: str, args_info: list[Any]) -> list[float]:
+        started = time.perf_counter()
+        remote_name = f"edgetune-{os.getpid()}-{threading.get_ident()}-{os.path.basename(os.path.dirname(artifact))}.so"
+        with remote_module(session, artifact, remote_name) as rt_mod:
+            device = session.device(self.device, 0)
+            args = allocate_arguments(session, device, args_info)
+            uploaded = time.perf_counter()
+            costs, adaptive = self._time(rt_mod, device, args)
+            timed = time.perf_counter()
         with self._stats_lock:
             self.stats.measured += 1
             self.stats.upload_seconds += uploaded - started

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..common.rpc import remote_module, unique_remote_name
 from ..board.rpc_tracker import TrackerAddress, device_counts, request_session, tracker_summary
 from ..builder.builder import shared_library_linker
 from ..errors import ProvisionError
@@ -84,20 +85,14 @@ def round_trip(address: TrackerAddress, profile: Any, wait_sec: float = 120.0) -
         )
         session = request_session(address, session_timeout_sec=max(60.0, wait_sec), wait_sec=wait_sec)
         try:
-            remote_name = f"edgetune-verify-{os.getpid()}.so"
-            session.upload(path, remote_name)
-            remote = session.load_module(remote_name)
-            device = session.cpu(0)
-            rng = np.random.default_rng(0)
-            a, b = (rng.standard_normal(1024).astype("float32") for _ in range(2))
-            args = [tvm.runtime.tensor(x, device=device) for x in (a, b, np.zeros(1024, "float32"))]
-            remote["main"](*args)
-            got = args[2].numpy()
-            try:
-                session.remove(remote_name)
-            except Exception:  # the server's temp dir goes with the session anyway
-                pass
-            del remote, args, device
+            with remote_module(session, path, unique_remote_name("edgetune-verify")) as remote:
+                device = session.cpu(0)
+                rng = np.random.default_rng(0)
+                a, b = (rng.standard_normal(1024).astype("float32") for _ in range(2))
+                args = [tvm.runtime.tensor(x, device=device) for x in (a, b, np.zeros(1024, "float32"))]
+                remote["main"](*args)
+                got = args[2].numpy()
+                del args, device
         finally:
             del session
             gc.collect()

@@ -81,7 +81,9 @@ def make_search_strategy(
 
     if suggested is not None and tuning is None:
         raise ValueError("suggested settings need the profile's tuning settings")
-    if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None or seeds is not None or task_caps is not None):
+    # seeds and task caps ride on the adaptive search; with every reduction component off the
+    # search stays stock MetaSchedule's, as the README promises for fixed/none/xgb
+    if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None):
         return AdaptiveSearch(
             population_size=population,
             init_min_unmeasured=min(50, population // 2),

@@ -139,6 +139,7 @@ class _Run:
     awaits: bool | None = None
     warm: WarmStartReport = field(default_factory=WarmStartReport)
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
+    defaults_measured: int = 0
     task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
     callbacks: list[Any] = field(default_factory=list)
     interrupted: bool = False
@@ -456,6 +457,7 @@ class TuningPipeline:
         self.sink.on_phase(run.progress)
         measured = measure_defaults(run.contexts, run.defaults_to_measure, run.builder, run.runner)
         record = run.callbacks[0]
+        run.defaults_measured = len(measured)
         for index, (candidate, built, ran) in measured.items():
             ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
             run.progress.tasks[index].default_sec = _mean_or_none([float(x) for x in ran.run_secs]) if ok else None
@@ -484,6 +486,7 @@ class TuningPipeline:
                 measured_on_device=getattr(runner_stats, "measured", 0),
                 failed=sum(t.failed for t in progress.tasks),
                 build_timeouts=getattr(builder_stats, "timed_out", 0),
+                default_schedules=run.defaults_measured,
             ),
             seconds=Seconds(
                 tuning_wall=run.tune_seconds,

@@ -41,6 +41,7 @@ class TrialCounts:
     measured_on_device: int
     failed: int
     build_timeouts: int
+    default_schedules: int = 0  # of this run's trials: tasks' untuned code, measured before the search (tuning.baseline)
 
 
 @dataclass

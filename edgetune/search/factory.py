@@ -57,6 +57,7 @@ def make_search_strategy(
     suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
     seeds: Any = None,
     task_caps: dict[str, int] | None = None,
+    measured_outside: dict[str, int] | None = None,
 ) -> Any:
     """A search strategy by name; ``population_size=0`` sizes the evolution to the batch.
 
@@ -99,6 +100,7 @@ def make_search_strategy(
             suggested=suggested,
             seeds=seeds,
             task_caps=task_caps,
+            measured_outside=measured_outside,
         )
     return ms.search_strategy.EvolutionarySearch(
         population_size=population,

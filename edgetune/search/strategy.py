@@ -154,6 +154,9 @@ class AdaptiveSearch(PySearchStrategy):
         schedule is measured (before the first batch): a task worth little of
         the model's latency measures at most ``n`` candidates, so it does not
         take slots from the heavy ones. Shared by the clones.
+    measured_outside:
+        ``{task name: n}``: candidates of the task measured outside the search
+        this run (its default schedule); a hard cap counts them too.
     seeds:
         ``seeds(context, limit)`` gives up to ``limit`` candidates transferred
         from similar workloads (:mod:`edgetune.search.transfer`); they take
@@ -185,6 +188,7 @@ class AdaptiveSearch(PySearchStrategy):
         suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
         seeds: Any = None,
         task_caps: dict[str, int] | None = None,
+        measured_outside: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
         if sampler not in ("kmeans", "none"):
@@ -210,6 +214,7 @@ class AdaptiveSearch(PySearchStrategy):
             suggested=suggested,
             seeds=seeds,
             task_caps=task_caps,
+            measured_outside=measured_outside,
         )
         self.report = report if report is not None else SearchReport()
         self.contextual = exploration == "contextual" and surrogate is not None
@@ -306,7 +311,8 @@ class AdaptiveSearch(PySearchStrategy):
             task.stopped_early = True
             task.early_stop_limit = self.stopper.limit
             return None
-        if self.cap is not None and task.measured >= self.cap:
+        outside = (self.params["measured_outside"] or {}).get(str(self.context.task_name), 0)
+        if self.cap is not None and task.measured + outside >= self.cap:
             task.stopped_early = True
             task.early_stop_limit = self.cap
             return None
@@ -323,7 +329,7 @@ class AdaptiveSearch(PySearchStrategy):
         if not self.seeded:
             batch = self._with_transferred(batch)
         if self.cap is not None:
-            batch = batch[: self.cap - task.measured]
+            batch = batch[: max(0, self.cap - task.measured - outside)]
         task.measured += len(batch)
         return batch
 

@@ -15,6 +15,7 @@ class CandidateCache:
 
     def __init__(self) -> None:
         self._run_secs: dict[str, list[float]] = {}
+        self._defaults: dict[str, list[float]] = {}  # workload hash -> its default schedule's run times
 
     @staticmethod
     def key(mod: Any) -> str:
@@ -32,7 +33,13 @@ class CandidateCache:
             records = history.get_top_k(workload, 1 << 30)
         finally:
             history.set_target_filter(None)
+        from ..search.default_schedule import is_default_trace
+
         for record in records:
+            if is_default_trace(record.trace):
+                # not a search candidate: a searched module equal to the untuned one is another record
+                self._defaults[self.key(workload.mod)] = [float(x) for x in record.run_secs]
+                continue
             sch = Schedule(workload.mod)
             try:
                 record.trace.apply_to_schedule(sch, remove_postproc=False)
@@ -40,6 +47,10 @@ class CandidateCache:
                 continue
             self._run_secs[self.key(sch.mod)] = [float(x) for x in record.run_secs]
         return len(records)
+
+    def default_run_secs(self, workload_mod: Any) -> list[float] | None:
+        """Stored run times of the workload's default schedule (the untuned code); None if never measured."""
+        return self._defaults.get(self.key(workload_mod))
 
     def lookup_mod(self, mod: Any) -> str | None:
         key = self.key(mod)

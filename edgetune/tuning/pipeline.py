@@ -48,7 +48,7 @@ from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
 from ..tasks.graph import prepare_graph
-from .baseline import default_schedule, is_default_trace, measure_defaults
+from .baseline import is_default_trace, measure_defaults
 from .cache import CandidateCache
 from .callbacks import RecordAndReport
 from .evaluate import evaluate_end_to_end
@@ -140,6 +140,7 @@ class _Run:
     warm: WarmStartReport = field(default_factory=WarmStartReport)
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
     defaults_measured: int = 0
+    measured_outside: dict[str, int] = field(default_factory=dict)  # per task, measured before the search (its default)
     task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
     callbacks: list[Any] = field(default_factory=list)
     interrupted: bool = False
@@ -232,6 +233,7 @@ class TuningPipeline:
             suggested=per_type,
             seeds=self.make_seed_provider(run) if tuning.transfer == "similar" else None,
             task_caps=run.task_caps,
+            measured_outside=run.measured_outside,
         )
 
     def make_seed_provider(self, run: _Run) -> Callable[[Any, int], list[Any]]:
@@ -252,13 +254,17 @@ class TuningPipeline:
             announce(self.sink, plan.remaining, "reading suggested settings per task type from the history")
             run.suggested, per_type = suggested_settings(run.history, run.target, self.profile, plan.workloads, plan.per_iter)
             announce(self.sink, plan.remaining, run.suggested["message"])
-        run.contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-            plan.extracted,
-            work_dir=str(run.out_dir / "logs"),
-            strategy=self.make_search_strategy(run, per_type),
-            num_threads=os.cpu_count() or 1,
-            seed=self.profile.tuning.seed,
-        )
+        # MetaSchedule's per-task logger config names every handler of its logger: one without a
+        # name (pytest's capture, a notebook's) makes it raise, so those sit out while it runs
+        ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+        unnamed = [h for h in ms_logger.handlers if h.get_name() is None]
+        for handler in unnamed:
+            ms_logger.removeHandler(handler)
+        try:
+            run.contexts, weights = self._contexts(run, per_type)
+        finally:
+            for handler in unnamed:
+                ms_logger.addHandler(handler)
         run.weights = [float(w) for w in weights]
         tasks = [
             TaskProgress(index=i, name=ctx.task_name, weight=w, flops=_task_flops(ctx.mod), previous_trials=n)
@@ -269,6 +275,15 @@ class TuningPipeline:
             if best is not None:
                 task.best_sec = float(np.mean([float(x) for x in best.run_secs]))
         run.progress = TuneProgress(budget=plan.remaining, tasks=tasks)
+
+    def _contexts(self, run: _Run, per_type: Any) -> tuple[list[Any], list[float]]:
+        return ms.relax_integration.extracted_tasks_to_tune_contexts(
+            run.plan.extracted,
+            work_dir=str(run.out_dir / "logs"),
+            strategy=self.make_search_strategy(run, per_type),
+            num_threads=os.cpu_count() or 1,
+            seed=self.profile.tuning.seed,
+        )
 
     def make_task_scheduler(self, run: _Run) -> Any:
         if self.components.task_scheduler is not None:
@@ -331,7 +346,7 @@ class TuningPipeline:
             cache = CandidateCache()
             for ctx, task in zip(run.contexts, run.progress.tasks):
                 cache.add_history(history, ctx.mod, target)
-                stored = cache.lookup_key(cache.key(default_schedule(ctx.mod).mod))
+                stored = cache.default_run_secs(ctx.mod)
                 if stored is None:
                     run.defaults_to_measure.append(task.index)
                 else:
@@ -458,6 +473,8 @@ class TuningPipeline:
         measured = measure_defaults(run.contexts, run.defaults_to_measure, run.builder, run.runner)
         record = run.callbacks[0]
         run.defaults_measured = len(measured)
+        for index in measured:
+            run.measured_outside[run.progress.tasks[index].name] = 1
         for index, (candidate, built, ran) in measured.items():
             ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
             run.progress.tasks[index].default_sec = _mean_or_none([float(x) for x in ran.run_secs]) if ok else None

@@ -26,7 +26,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.errors import HistoryError
-from edgetune.history import SCHEMA_VERSION, HistoryDatabase, open_history
+from edgetune.history import SCHEMA_VERSION, HistoryDatabase, open_history, upgrade_history
 from conftest import reset_postgres
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -460,7 +460,8 @@ def _version_1_record(workload_id: int, factor: int, secs: float, mod=MOD) -> di
     }
 
 
-def test_version_1_history_is_upgraded_on_open(db_url):
+def _make_version_1_history(db_url: str) -> None:
+    """A version-1 history where two racing writers left two rows of one module."""
     old = _version_1_tables()
     mod8 = tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})
     if db_url.startswith("sqlite:///"):
@@ -491,8 +492,26 @@ def test_version_1_history_is_upgraded_on_open(db_url):
         )
     engine.dispose()
 
-    with pytest.raises(HistoryError, match="open it once without read-only to upgrade"):
-        open_history(db_url, read_only=True)
+
+
+def test_version_1_history_is_refused_until_db_upgrade(db_url):
+    _make_version_1_history(db_url)
+    for read_only in (True, False):
+        with pytest.raises(HistoryError) as excinfo:
+            open_history(db_url, read_only=read_only)
+        message = str(excinfo.value)
+        assert "history schema version 1, this edgetune reads version 2" in message
+        assert "; upgrade it with: edgetune db upgrade --db " in message
+        assert "\n" not in message
+    named = message.rsplit("--db ", 1)[1]  # what the message tells the user to run on
+    # opening never changes the schema
+    assert _scalar(db_url, "SELECT value FROM meta WHERE key = 'schema_version'") == "1"
+
+    result = upgrade_history(named)
+    assert (result.before, result.after, result.changed) == (1, SCHEMA_VERSION, True)
+    assert _scalar(db_url, "SELECT version_num FROM alembic_version") == f"{SCHEMA_VERSION:04d}"
+    again = upgrade_history(db_url)
+    assert (again.before, again.after, again.changed) == (SCHEMA_VERSION, SCHEMA_VERSION, False)
     db = open_history(db_url, board_id="new")
     try:
         assert _scalar(db_url, "SELECT value FROM meta WHERE key = 'schema_version'") == str(
@@ -706,3 +725,21 @@ def test_postgresql_url_never_shows_the_password():
         open_history("postgresql://tuner:hunter2@127.0.0.1:1/tuning")
     assert "hunter2" not in str(excinfo.value)
     assert "***" in str(excinfo.value)
+
+
+def test_cli_db_upgrade_then_nothing_to_do(tmp_path):
+    from conftest import run_cli
+
+    path = tmp_path / "history" / "tuning.db"
+    _make_version_1_history(f"sqlite:///{path}")
+    refused = run_cli("db", "stats", "--db", str(path))
+    assert refused.returncode != 0
+    assert refused.stderr.strip().endswith(f"upgrade it with: edgetune db upgrade --db {path}")
+    done = run_cli("db", "upgrade", "--db", str(path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"upgraded {path}: schema version 1 -> {SCHEMA_VERSION}"
+    again = run_cli("db", "upgrade", "--db", str(path))
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+    assert run_cli("db", "stats", "--db", str(path)).returncode == 0
+    missing = run_cli("db", "upgrade", "--db", str(tmp_path / "none.db"))
+    assert missing.returncode != 0 and "no such tuning history file" in missing.stderr

@@ -14,7 +14,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from conftest import run_cli
 from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
-from edgetune.history.suggest import _records_by_id, _replay_windows, sampling_ratio, settings_by_operator, suggest_settings
+from edgetune.history.suggest import _replay_windows, sampling_ratio, settings_by_operator, suggest_settings
 from edgetune.search.strategy import AdaptiveSearch, SearchReport
 from edgetune.search.sampling import KMeansSampler
 from edgetune.search.surrogate import CandidateFeatures
@@ -123,7 +123,7 @@ def test_replay_recomputes_the_features_the_sampler_saw(real_history):
     with sqlite3.connect(real_history["path"]) as conn:  # the matmul(32) rows in committed order
         ids = [row[0] for row in conn.execute("select id from records where workload_id = 2 order by created_at, id")]
     history = open_history(real_history["path"], read_only=True)
-    records = _records_by_id(history, ids)
+    records = history.records_by_id(ids)
     assert len(records) == 16 and records[0].workload.mod.script() == matmul(32).script()
     windows = _replay_windows(records, [1e-3] * len(records), 8)
     expected = features_of(matmul(32), real_history["matmul32"], 8)

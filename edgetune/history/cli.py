@@ -61,6 +61,16 @@ are measured again by a later `edgetune tune`.
 """
 
 
+UPGRADE_EPILOG = """examples:
+  edgetune db export --db old.db old-backup.jsonl.gz   # keep a copy first
+  edgetune db upgrade --db old.db
+  edgetune db upgrade --db postgresql://tuner@db-host/edgetune
+
+An up-to-date history is left as it is. A history written by a newer edgetune
+is refused: upgrade edgetune instead.
+"""
+
+
 def add_db_commands(db_sub: Any) -> None:
     """Add the maintenance actions to the ``edgetune db`` subparsers."""
 
@@ -132,6 +142,17 @@ def add_db_commands(db_sub: Any) -> None:
     prune.add_argument("--older-than", type=float, metavar="DAYS", help="delete records measured more than DAYS days ago")
     prune.add_argument("--dry-run", action="store_true", help="count, do not delete")
     prune.set_defaults(func=_run_prune)
+
+    upgrade = action(
+        "upgrade",
+        "bring an older history to this edgetune's schema version",
+        "Apply the history's schema migrations (Alembic revisions shipped with edgetune), "
+        "one transaction; opening a history never changes its schema, an older one is refused "
+        "with a message naming this command.",
+        UPGRADE_EPILOG,
+    )
+    upgrade.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    upgrade.set_defaults(func=_run_upgrade)
 
     export_tvm = db_sub.add_parser(
         "export-tvm",
@@ -301,6 +322,17 @@ def _run_dedupe(args: argparse.Namespace) -> int:
         f"{verb} {result.removed} duplicate records of {result.configurations} configurations"
         + (f" ({how})" if result.configurations and not result.dry_run else "")
     )
+    return 0
+
+
+def _run_upgrade(args: argparse.Namespace) -> int:
+    from edgetune.history.migrate import upgrade_history
+
+    result = upgrade_history(args.db)
+    if result.changed:
+        print(f"upgraded {result.history}: schema version {result.before} -> {result.after}")
+    else:
+        print(f"{result.history}: already at schema version {result.after}, nothing to do")
     return 0
 
 

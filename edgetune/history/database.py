@@ -13,7 +13,6 @@ measurement and never leaves half a record behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,7 +20,6 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,7 +40,19 @@ from tvm.target import Target
 from edgetune import __version__
 from edgetune.common.failure import FAILED_RUN_SECS, UNKNOWN_FAILURE, is_failed
 from edgetune.errors import HistoryError
-from edgetune.history.schema import SCHEMA_VERSION, meta, metadata, records, workloads
+from edgetune.history.migrate import stored_version
+from edgetune.history.schema import SCHEMA_VERSION, alembic_version, meta, metadata, records, revision_of, workloads
+from edgetune.history.sql import (
+    RECORD_COLUMNS,
+    canonical,
+    has_schedule,
+    insert_statement,
+    one_line,
+    sha256,
+    target_json,
+)
+from edgetune.history.sql_operations import SqlOperations
+from edgetune.history.store import HistoryStore, StoredWorkload
 
 #: File names MetaSchedule's JSONDatabase uses inside a work_dir.
 WORKLOAD_FILE = "database_workload.json"
@@ -54,62 +64,6 @@ tvm_ffi.register_error(HistoryError)
 
 _SUPPORTED = "a file path, sqlite:///PATH or postgresql://USER@HOST/DBNAME"
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-_RECORD_COLUMNS = (
-    records.c.id,
-    records.c.workload_id,
-    records.c.trace_json,
-    records.c.run_secs_json,
-    records.c.target_json,
-    records.c.args_info_json,
-    records.c.error,
-)
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _insert(conn: Connection, table: sa.Table) -> Any:
-    """The dialect's INSERT, which has ``on_conflict_do_nothing/update`` on both backends."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
-
-
-def _canonical(obj: Any) -> str:
-    """JSON text that is equal exactly when the values are equal."""
-    return json.dumps(obj, sort_keys=True)
-
-
-def _plain(obj: Any) -> Any:
-    """Turn TVM containers (``Target.export()`` output) into plain JSON values."""
-    if isinstance(obj, tvm_ffi.Map | dict):
-        return {str(key): _plain(value) for key, value in obj.items()}
-    if isinstance(obj, tvm_ffi.Array | list | tuple):
-        return [_plain(value) for value in obj]
-    return obj
-
-
-def _target_json(target: Target) -> str:
-    """Canonical JSON of a target, as TuningRecord.as_json() writes it."""
-    return _canonical(_plain(target.export()))
-
-
-def _has_schedule(trace_json: Any) -> bool:
-    """Mirror TVM's TuningRecord::IsValid: a trace needs an instruction before postprocessing."""
-    insts = trace_json[0]
-    return bool(insts) and insts[0][0] != "EnterPostproc"
-
-
-def _one_line(err: BaseException) -> str:
-    """The driver's own message, first line only, for a one-line HistoryError."""
-    cause = getattr(err, "orig", None) or err
-    text = str(cause).strip()
-    return text.splitlines()[0] if text else type(cause).__name__
-
 
 def _parse_location(url_or_path: str) -> tuple[URL, str]:
     """Return the SQLAlchemy URL and the name used in error messages."""
@@ -174,22 +128,17 @@ def _create_engine(url: URL, name: str, read_only: bool) -> Engine:
     return engine
 
 
-@dataclass
-class _Workload:
-    """One distinct IRModule: the Workload handed to TVM and every row that holds it.
+def connect_engine(url_or_path: str, *, must_exist: bool = False) -> tuple[Engine, str]:
+    """An engine for ``url_or_path`` and the name to show in messages.
 
-    Rows are unique by (shash, mod_hash), so concurrent writers of the same module
-    share one row; a structurally equal module serialised differently (another
-    TVM version, an import) has its own row, so queries cover all of ``ids``.
+    ``must_exist``: an SQLite file that is not there is a HistoryError, not a new file.
     """
-
-    workload: Workload
-    shash: str
-    ids: list[int] = field(default_factory=list)
+    url, name = _parse_location(url_or_path)
+    return _create_engine(url, name, read_only=must_exist), name
 
 
 @derived_object
-class HistoryDatabase(ms.database.PyDatabase):
+class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
     """MetaSchedule database over SQL tables; see :func:`open_history`.
 
     Stock MetaSchedule databases ignore the target when they pick a best record.
@@ -205,9 +154,9 @@ class HistoryDatabase(ms.database.PyDatabase):
         self._board_id = board_id
         self._read_only = read_only
         self._target_filter: str | None = None
-        self._by_id: dict[int, _Workload] = {}
-        self._by_shash: dict[str, list[_Workload]] = {}
-        self._by_handle: dict[int, _Workload] = {}
+        self._by_id: dict[int, StoredWorkload] = {}
+        self._by_shash: dict[str, list[StoredWorkload]] = {}
+        self._by_handle: dict[int, StoredWorkload] = {}
         # rebuilding a record replays its trace, so keep them; key: row id
         self._record_cache: dict[
             int, tuple[tuple[str | None, str | None], TuningRecord]
@@ -232,11 +181,8 @@ class HistoryDatabase(ms.database.PyDatabase):
                 with self._engine.connect() as conn:
                     tables = set(sa.inspect(conn).get_table_names())
                     if "meta" in tables:
-                        version = self._check_version(conn)
-                if "meta" in tables:
-                    if version == 1:
-                        self._upgrade_from_1()
-                    return
+                        self._check_version(conn)
+                        return
                 if tables:
                     raise HistoryError(
                         f"{self._name}: a database, but not an edgetune tuning history "
@@ -244,128 +190,49 @@ class HistoryDatabase(ms.database.PyDatabase):
                     )
                 if self._read_only:
                     raise HistoryError(f"{self._name}: empty database, no tuning history to read")
-                with self._engine.begin() as conn:
-                    metadata.create_all(conn)
-                    conn.execute(
-                        meta.insert(),
-                        [
-                            {"key": "schema_version", "value": str(SCHEMA_VERSION)},
-                            {
-                                "key": "created_at",
-                                "value": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                            },
-                            {
-                                "key": "created_by",
-                                "value": f"edgetune {__version__}, tvm {tvm.__version__}",
-                            },
-                        ],
-                    )
+                self._create_tables()
                 return
             except (SQLAlchemyError, dbapi_error) as err:
                 last_error = err
         assert last_error is not None
         raise HistoryError(
-            f"{self._name}: cannot open as a tuning history ({_one_line(last_error)})"
+            f"{self._name}: cannot open as a tuning history ({one_line(last_error)})"
         ) from None
 
-    def _check_version(self, conn: Connection) -> int:
-        """The schema version; a version this edgetune cannot read or upgrade is refused."""
-        value = conn.execute(
-            sa.select(meta.c.value).where(meta.c.key == "schema_version")
-        ).scalar_one_or_none()
-        try:
-            version = int(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+    def _create_tables(self) -> None:
+        """A new history, already at the newest Alembic revision."""
+        assert self._engine is not None
+        with self._engine.begin() as conn:
+            metadata.create_all(conn)
+            conn.execute(alembic_version.insert().values(version_num=revision_of(SCHEMA_VERSION)))
+            conn.execute(
+                meta.insert(),
+                [
+                    {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                    {
+                        "key": "created_at",
+                        "value": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    },
+                    {
+                        "key": "created_by",
+                        "value": f"edgetune {__version__}, tvm {tvm.__version__}",
+                    },
+                ],
+            )
+
+    def _check_version(self, conn: Connection) -> None:
+        """Refuse a history of another schema version, naming what to do about it."""
+        version = stored_version(conn, self._name)
+        if version < SCHEMA_VERSION:
             raise HistoryError(
-                f"{self._name}: tuning history without a valid schema version ({value!r})"
-            ) from None
-        if version == 1 and SCHEMA_VERSION == 2:
-            if self._read_only:
-                raise HistoryError(
-                    f"{self._name}: history schema version 1; open it once without read-only "
-                    f"to upgrade it to version {SCHEMA_VERSION}"
-                )
-            return version
+                f"{self._name}: history schema version {version}, this edgetune reads version "
+                f"{SCHEMA_VERSION}; upgrade it with: edgetune db upgrade --db {self._name}"
+            )
         if version != SCHEMA_VERSION:
             raise HistoryError(
                 f"{self._name}: history schema version {version}, this edgetune reads version "
                 f"{SCHEMA_VERSION}; export it with the edgetune that wrote it"
             )
-        return version
-
-    def _upgrade_from_1(self) -> None:
-        """Bring a version-1 history to version 2, in one transaction.
-
-        Adds the hash columns, merges rows of the same serialised module (version
-        1 had no unique constraint on workloads; a record both rows hold stays
-        with the first row) and creates the unique indexes on the hashes.
-        """
-        assert self._engine is not None
-        with self._engine.connect() as conn:
-            postgres = conn.dialect.name == "postgresql"
-            # one upgrader at a time; the others wait, then find version 2
-            conn.exec_driver_sql(
-                "LOCK TABLE meta IN EXCLUSIVE MODE" if postgres else "BEGIN IMMEDIATE"
-            )
-            if self._check_version(conn) != 1:  # another process upgraded it meanwhile
-                conn.rollback()
-                return
-            text = conn.exec_driver_sql
-            text("ALTER TABLE workloads ADD COLUMN mod_hash VARCHAR(64)")
-            text("ALTER TABLE records ADD COLUMN target_hash VARCHAR(64)")
-            rows = conn.execute(sa.select(workloads.c.id, workloads.c.mod_json)).all()
-            for row in rows:
-                conn.execute(
-                    workloads.update()
-                    .where(workloads.c.id == row.id)
-                    .values(mod_hash=_sha256(row.mod_json))
-                )
-            targets = conn.execute(sa.select(records.c.target_json).distinct()).scalars().all()
-            for target in targets:
-                conn.execute(
-                    records.update()
-                    .where(records.c.target_json == target)
-                    .values(target_hash=_sha256(target))
-                )
-            first: dict[tuple[str, str], int] = {}
-            for row in conn.execute(
-                sa.select(workloads.c.id, workloads.c.shash, workloads.c.mod_hash).order_by(
-                    workloads.c.id
-                )
-            ).all():
-                keep = first.setdefault((row.shash, row.mod_hash), row.id)
-                if keep == row.id:
-                    continue
-                other = records.alias("other")
-                conn.execute(
-                    records.update()
-                    .where(
-                        records.c.workload_id == row.id,
-                        ~sa.exists().where(
-                            other.c.workload_id == keep,
-                            other.c.target_hash == records.c.target_hash,
-                            other.c.candidate_hash == records.c.candidate_hash,
-                        ),
-                    )
-                    .values(workload_id=keep)
-                )
-                conn.execute(records.delete().where(records.c.workload_id == row.id))
-                conn.execute(workloads.delete().where(workloads.c.id == row.id))
-            if postgres:
-                text("ALTER TABLE records DROP CONSTRAINT uq_records_candidate")
-            # SQLite cannot drop version 1's UNIQUE (workload_id, target_json,
-            # candidate_hash); it says the same as the new one, so it stays.
-            text("DROP INDEX ix_records_best")
-            text("CREATE UNIQUE INDEX uq_workloads_module ON workloads (shash, mod_hash)")
-            text(
-                "CREATE UNIQUE INDEX uq_records_candidate"
-                " ON records (workload_id, target_hash, candidate_hash)"
-            )
-            text("CREATE INDEX ix_records_best ON records (workload_id, target_hash, mean_run_sec)")
-            conn.execute(
-                meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION))
-            )
-            conn.commit()
 
     @contextmanager
     def _access(self, action: str, *, write: bool = False) -> Iterator[Engine]:
@@ -377,7 +244,7 @@ class HistoryDatabase(ms.database.PyDatabase):
         try:
             yield self._engine
         except SQLAlchemyError as err:
-            raise HistoryError(f"{self._name}: cannot {action}: {_one_line(err)}") from err
+            raise HistoryError(f"{self._name}: cannot {action}: {one_line(err)}") from err
 
     @contextmanager
     def _write_transaction(self, action: str) -> Iterator[Connection]:
@@ -407,24 +274,24 @@ class HistoryDatabase(ms.database.PyDatabase):
         self._by_handle.clear()
         self._record_cache.clear()
 
-    def _all_workloads(self, conn: Connection) -> dict[int, _Workload]:
+    def _all_workloads(self, conn: Connection) -> dict[int, StoredWorkload]:
         """Every workload row, by id; rows of one workload share their entry."""
         self._load_workload_rows(conn, sa.true())
         return self._by_id
 
     # ---------------------------------------------------------------- workloads
 
-    def _match(self, shash: str, mod: IRModule) -> _Workload | None:
+    def _match(self, shash: str, mod: IRModule) -> StoredWorkload | None:
         for entry in self._by_shash.get(shash, ()):
             if tvm_ffi.structural_equal(entry.workload.mod, mod):
                 return entry
         return None
 
-    def _attach(self, row_id: int, shash: str, mod: IRModule) -> _Workload:
+    def _attach(self, row_id: int, shash: str, mod: IRModule) -> StoredWorkload:
         """Record that row ``row_id`` holds ``mod``, reusing an equal known workload."""
         entry = self._match(shash, mod)
         if entry is None:
-            entry = _Workload(Workload(mod), shash)
+            entry = StoredWorkload(Workload(mod), shash)
             self._by_shash.setdefault(shash, []).append(entry)
             self._by_handle[entry.workload.__chandle__()] = entry
         entry.ids.append(row_id)
@@ -442,7 +309,7 @@ class HistoryDatabase(ms.database.PyDatabase):
             if row.id not in self._by_id:
                 self._attach(row.id, row.shash, tvm.ir.load_json(row.mod_json))
 
-    def _find_mod(self, conn: Connection, mod: IRModule) -> _Workload | None:
+    def _find_mod(self, conn: Connection, mod: IRModule) -> StoredWorkload | None:
         shash = str(tvm_ffi.structural_hash(mod))
         entry = self._match(shash, mod)
         if entry is None:
@@ -450,19 +317,19 @@ class HistoryDatabase(ms.database.PyDatabase):
             entry = self._match(shash, mod)
         return entry
 
-    def _find(self, conn: Connection, workload: Workload | IRModule) -> _Workload | None:
+    def _find(self, conn: Connection, workload: Workload | IRModule) -> StoredWorkload | None:
         if isinstance(workload, IRModule):
             return self._find_mod(conn, workload)
         entry = self._by_handle.get(workload.__chandle__())
         return entry if entry is not None else self._find_mod(conn, workload.mod)
 
-    def _entries(self, conn: Connection, ids: Iterable[int]) -> dict[int, _Workload]:
+    def _entries(self, conn: Connection, ids: Iterable[int]) -> dict[int, StoredWorkload]:
         missing = sorted(set(ids) - self._by_id.keys())
         if missing:
             self._load_workload_rows(conn, workloads.c.id.in_(missing))
         return self._by_id
 
-    def _commit(self, engine: Engine, workload: Workload | IRModule) -> _Workload:
+    def _commit(self, engine: Engine, workload: Workload | IRModule) -> StoredWorkload:
         with engine.connect() as conn:
             entry = self._find(conn, workload)
         if entry is not None:
@@ -475,16 +342,16 @@ class HistoryDatabase(ms.database.PyDatabase):
 
     def _insert_workload(
         self, conn: Connection, mod: IRModule, mod_json: str, created_at: float
-    ) -> _Workload:
+    ) -> StoredWorkload:
         """Insert-or-select the row of exactly this serialised module.
 
         Another writer may insert the same module at the same moment: the unique
         (shash, mod_hash) makes one insert a no-op, and both then read the one row.
         """
         shash = str(tvm_ffi.structural_hash(mod))
-        key = {"shash": shash, "mod_hash": _sha256(mod_json)}
+        key = {"shash": shash, "mod_hash": sha256(mod_json)}
         conn.execute(
-            _insert(conn, workloads)
+            insert_statement(conn, workloads)
             .values(**key, mod_json=mod_json, created_at=created_at)
             .on_conflict_do_nothing(index_elements=["shash", "mod_hash"])
         )
@@ -543,12 +410,12 @@ class HistoryDatabase(ms.database.PyDatabase):
     def _commit_record(self, record: TuningRecord, error: str | None) -> None:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
         failed = error is not None or is_failed(run_secs)
-        trace_text = _canonical(trace_json)
+        trace_text = canonical(trace_json)
         update = {
-            "run_secs_json": None if run_secs is None else _canonical(run_secs),
+            "run_secs_json": None if run_secs is None else canonical(run_secs),
             "mean_run_sec": (
                 None
-                if failed or not _has_schedule(trace_json)
+                if failed or not has_schedule(trace_json)
                 else sum(run_secs) / len(run_secs)
             ),
             "error": (error or UNKNOWN_FAILURE) if failed else None,
@@ -556,12 +423,12 @@ class HistoryDatabase(ms.database.PyDatabase):
             "tvm_version": tvm.__version__,
             "created_at": time.time(),
         }
-        target_text = _canonical(target_cfg)
+        target_text = canonical(target_cfg)
         with self._access("commit a tuning record", write=True) as engine:
             entry = self._commit(engine, record.workload)
             key = {
-                "target_hash": _sha256(target_text),
-                "candidate_hash": _sha256(trace_text),
+                "target_hash": sha256(target_text),
+                "candidate_hash": sha256(trace_text),
             }
             with engine.begin() as conn:
                 if len(entry.ids) > 1:
@@ -583,7 +450,7 @@ class HistoryDatabase(ms.database.PyDatabase):
                 # One atomic statement: a candidate measured before (by this or
                 # another writer) keeps one row, with the newest result.
                 conn.execute(
-                    _insert(conn, records)
+                    insert_statement(conn, records)
                     .values(
                         workload_id=entry.ids[0],
                         **key,
@@ -591,7 +458,7 @@ class HistoryDatabase(ms.database.PyDatabase):
                         target_json=target_text,
                         target_kind=target_cfg["kind"] if target_cfg else "",
                         trace_json=trace_text,
-                        args_info_json=_canonical(args_info),
+                        args_info_json=canonical(args_info),
                     )
                     .on_conflict_do_update(
                         index_elements=["workload_id", "target_hash", "candidate_hash"],
@@ -616,7 +483,7 @@ class HistoryDatabase(ms.database.PyDatabase):
                 return []
             rows = conn.execute(
                 self._filtered(
-                    sa.select(*_RECORD_COLUMNS).where(
+                    sa.select(*RECORD_COLUMNS).where(
                         records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None)
                     )
                 )
@@ -628,7 +495,7 @@ class HistoryDatabase(ms.database.PyDatabase):
     def get_all_tuning_records(self) -> list[TuningRecord]:
         with self._access("read tuning records") as engine, engine.connect() as conn:
             rows = conn.execute(
-                self._filtered(sa.select(*_RECORD_COLUMNS)).order_by(records.c.id)
+                self._filtered(sa.select(*RECORD_COLUMNS)).order_by(records.c.id)
             ).all()
             return self._to_records(conn, rows)
 
@@ -645,7 +512,7 @@ class HistoryDatabase(ms.database.PyDatabase):
         A history shared by several boards holds one best record per board; without
         the filter ``compile_relax`` could apply another board's schedule.
         """
-        self._target_filter = None if target is None else _sha256(_target_json(target))
+        self._target_filter = None if target is None else sha256(target_json(target))
 
     def count_records(
         self,
@@ -656,7 +523,7 @@ class HistoryDatabase(ms.database.PyDatabase):
         """Number of records, optionally of one workload/target; ignores the target filter."""
         stmt = sa.select(sa.func.count()).select_from(records)
         if target is not None:
-            stmt = stmt.where(records.c.target_hash == _sha256(_target_json(target)))
+            stmt = stmt.where(records.c.target_hash == sha256(target_json(target)))
         if successful_only:
             stmt = stmt.where(records.c.mean_run_sec.is_not(None))
         with self._access("count tuning records") as engine, engine.connect() as conn:
@@ -676,9 +543,9 @@ class HistoryDatabase(ms.database.PyDatabase):
         :mod:`edgetune.history.warmstart`); ignores the target filter.
         """
         stmt = (
-            sa.select(*_RECORD_COLUMNS, records.c.board_id)
+            sa.select(*RECORD_COLUMNS, records.c.board_id)
             .where(
-                records.c.target_hash == _sha256(_target_json(target)),
+                records.c.target_hash == sha256(target_json(target)),
                 records.c.mean_run_sec.is_not(None),
             )
             .order_by(records.c.created_at.desc(), records.c.id.desc())
@@ -703,8 +570,8 @@ class HistoryDatabase(ms.database.PyDatabase):
                 sa.select(records.c.run_secs_json, records.c.error)
                 .where(
                     records.c.workload_id.in_(entry.ids),
-                    records.c.target_hash == _sha256(_canonical(target_cfg)),
-                    records.c.candidate_hash == _sha256(_canonical(trace_json)),
+                    records.c.target_hash == sha256(canonical(target_cfg)),
+                    records.c.candidate_hash == sha256(canonical(trace_json)),
                 )
                 .order_by(records.c.id)
                 .limit(1)
@@ -739,10 +606,10 @@ class HistoryDatabase(ms.database.PyDatabase):
             if entry is None:
                 return None
             rows = conn.execute(
-                sa.select(*_RECORD_COLUMNS)
+                sa.select(*RECORD_COLUMNS)
                 .where(
                     records.c.workload_id.in_(entry.ids),
-                    records.c.target_hash == _sha256(_target_json(target)),
+                    records.c.target_hash == sha256(target_json(target)),
                     records.c.mean_run_sec.is_not(None),
                 )
                 .order_by(records.c.mean_run_sec, records.c.id)
@@ -763,7 +630,7 @@ class HistoryDatabase(ms.database.PyDatabase):
             ids = conn.execute(sa.select(workloads.c.id)).scalars().all()
             entries = self._entries(conn, ids)
             rows = conn.execute(
-                self._filtered(sa.select(*_RECORD_COLUMNS)).order_by(records.c.id)
+                self._filtered(sa.select(*RECORD_COLUMNS)).order_by(records.c.id)
             ).all()
             tuning_records = self._to_records(conn, rows)
         staging = Path(tempfile.mkdtemp(prefix=".edgetune-export-", dir=directory))
@@ -811,3 +678,8 @@ def open_history(
     writes. ``read_only`` refuses every write, for compiling from a shared history.
     """
     return HistoryDatabase(url_or_path, board_id=board_id, read_only=read_only)
+
+
+# The derived TVM object forwards to the class above; register it so that
+# isinstance(history, HistoryStore) holds for what open_history returns.
+HistoryStore.register(HistoryDatabase)

@@ -20,55 +20,28 @@ import gzip
 import json
 import os
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-import sqlalchemy as sa
 import tvm
-from sqlalchemy.engine import Connection
 
 from edgetune import __version__
-from edgetune.common.failure import is_failed
-from edgetune.tasks.signature import block_names
 from edgetune.errors import HistoryError
-from edgetune.history.database import (
-    TUNING_RECORD_FILE,
-    WORKLOAD_FILE,
-    HistoryDatabase,
-    _has_schedule,
-    _insert,
-    _sha256,
-    _Workload,
+from edgetune.history.database import TUNING_RECORD_FILE, WORKLOAD_FILE
+from edgetune.history.schema import SCHEMA_VERSION
+from edgetune.history.store import (
+    DedupeResult,
+    HistoryStore,
+    ImportResult,
+    PruneResult,
 )
-from edgetune.history.schema import SCHEMA_VERSION, records, workloads
+from edgetune.tasks.signature import block_names
 
 #: ``format`` field of an export's header line.
 EXPORT_FORMAT = "edgetune-history"
-#: Record columns written to (and read from) an export, besides ``id``.
-RECORD_FIELDS = (
-    "target_json",
-    "target_kind",
-    "trace_json",
-    "candidate_hash",
-    "run_secs_json",
-    "mean_run_sec",
-    "error",
-    "args_info_json",
-    "board_id",
-    "tvm_version",
-    "created_at",
-)
-WORKLOAD_FIELDS = ("shash", "mod_hash", "mod_json", "created_at")
-#: Columns an import replaces when the file holds a newer measurement: all
-#: but those identifying the candidate (target, trace).
-_RESULT_FIELDS = tuple(
-    f for f in RECORD_FIELDS if f not in ("target_json", "target_kind", "trace_json", "candidate_hash")
-)
-_DELETE_CHUNK = 500
 
 
 # ----------------------------------------------------------------------- helpers
@@ -124,23 +97,6 @@ def _target_label(target_json: str) -> str:
     return " ".join(words)
 
 
-def _mean(run_secs_json: str | None) -> float | None:
-    """Mean of a stored run-time list; None when it is not a valid measurement."""
-    try:
-        secs = [float(sec) for sec in json.loads(run_secs_json or "null")]
-    except (TypeError, ValueError):
-        return None
-    if is_failed(secs):
-        return None
-    return sum(secs) / len(secs)
-
-
-def _delete_records(conn: Connection, ids: list[int]) -> None:
-    for start in range(0, len(ids), _DELETE_CHUNK):
-        chunk = ids[start : start + _DELETE_CHUNK]
-        conn.execute(records.delete().where(records.c.id.in_(chunk)))
-
-
 # ------------------------------------------------------------------------- stats
 
 
@@ -161,63 +117,24 @@ class GroupStats:
     boards: list[str] = field(default_factory=list)
 
 
-def history_stats(db: HistoryDatabase) -> list[GroupStats]:
+def history_stats(db: HistoryStore) -> list[GroupStats]:
     """Records grouped by workload (all its rows) and target, largest groups first."""
-    ok = sa.case((records.c.mean_run_sec.is_not(None), 1), else_=0)
-    bad = sa.case((records.c.error.is_not(None), 1), else_=0)
-    stmt = sa.select(
-        records.c.workload_id,
-        records.c.target_hash,
-        sa.func.min(records.c.target_json).label("target_json"),
-        sa.func.min(records.c.args_info_json).label("args_info_json"),
-        sa.func.count().label("count"),
-        sa.func.sum(ok).label("successful"),
-        sa.func.sum(bad).label("failed"),
-        sa.func.min(records.c.mean_run_sec).label("best"),
-        sa.func.min(records.c.created_at).label("first"),
-        sa.func.max(records.c.created_at).label("last"),
-    ).group_by(records.c.workload_id, records.c.target_hash)
-    boards_stmt = sa.select(
-        records.c.workload_id, records.c.target_hash, records.c.board_id
-    ).distinct()
-    with db._access("read tuning records") as engine, engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-        board_rows = conn.execute(boards_stmt).all()
-        entries = db._entries(conn, {row.workload_id for row in rows})
-    boards: dict[tuple[int, str], set[str]] = defaultdict(set)
-    for row in board_rows:
-        boards[(id(entries[row.workload_id]), row.target_hash)].add(row.board_id)
-    groups: dict[tuple[int, str], GroupStats] = {}
-    for row in rows:
-        entry = entries[row.workload_id]
-        key = (id(entry), row.target_hash)
-        group = groups.get(key)
-        if group is None:
-            groups[key] = GroupStats(
-                task=_task_name(entry.workload.mod),
-                args=_args_label(row.args_info_json),
-                target=_target_label(row.target_json),
-                workload_ids=[row.workload_id],
-                count=int(row.count),
-                successful=int(row.successful or 0),
-                failed=int(row.failed or 0),
-                best_sec=row.best,
-                first=float(row.first),
-                last=float(row.last),
-                boards=sorted(boards[key]),
-            )
-            continue
-        group.workload_ids.append(row.workload_id)
-        group.count += int(row.count)
-        group.successful += int(row.successful or 0)
-        group.failed += int(row.failed or 0)
-        if row.best is not None and (group.best_sec is None or row.best < group.best_sec):
-            group.best_sec = row.best
-        group.first = min(group.first, float(row.first))
-        group.last = max(group.last, float(row.last))
-    result = list(groups.values())
-    for group in result:
-        group.workload_ids.sort()
+    result = [
+        GroupStats(
+            task=_task_name(group.workload.workload.mod),
+            args=_args_label(group.args_info_json),
+            target=_target_label(group.target_json),
+            workload_ids=group.workload_ids,
+            count=group.count,
+            successful=group.successful,
+            failed=group.failed,
+            best_sec=group.best_sec,
+            first=group.first,
+            last=group.last,
+            boards=group.boards,
+        )
+        for group in db.record_groups()
+    ]
     result.sort(key=lambda g: (g.task, g.args, g.target, g.workload_ids))
     return result
 
@@ -225,15 +142,7 @@ def history_stats(db: HistoryDatabase) -> list[GroupStats]:
 # ------------------------------------------------------------------------ dedupe
 
 
-@dataclass
-class DedupeResult:
-    by: str
-    configurations: int  # configurations that had duplicates
-    removed: int  # rows deleted
-    dry_run: bool = False
-
-
-def dedupe(db: HistoryDatabase, by: str = "date", *, dry_run: bool = False) -> DedupeResult:
+def dedupe(db: HistoryStore, by: str = "date", *, dry_run: bool = False) -> DedupeResult:
     """Keep one record per configuration (workload, target, trace).
 
     ``by="date"`` keeps the newest measurement; ``by="average"`` keeps the newest
@@ -242,71 +151,14 @@ def dedupe(db: HistoryDatabase, by: str = "date", *, dry_run: bool = False) -> D
     """
     if by not in ("date", "average"):
         raise HistoryError(f"dedupe by '{by}': use 'date' or 'average'")
-    with db._write_transaction("dedupe tuning records") as conn:
-        entries = db._all_workloads(conn)
-        shared = {row_id for row_id, entry in entries.items() if len(entry.ids) > 1}
-        if not shared:
-            return DedupeResult(by, 0, 0, dry_run)
-        rows = conn.execute(
-            sa.select(
-                records.c.id,
-                records.c.workload_id,
-                records.c.target_hash,
-                records.c.candidate_hash,
-                records.c.created_at,
-                records.c.run_secs_json,
-                records.c.error,
-                records.c.trace_json,
-            ).where(records.c.workload_id.in_(sorted(shared)))
-        ).all()
-        by_config: dict[tuple[int, str, str], list[Any]] = defaultdict(list)
-        for row in rows:
-            entry = entries[row.workload_id]
-            by_config[(id(entry), row.target_hash, row.candidate_hash)].append(row)
-        doomed: list[int] = []
-        configurations = 0
-        for dups in by_config.values():
-            if len(dups) < 2:
-                continue
-            configurations += 1
-            dups.sort(key=lambda row: (row.created_at, row.id))
-            keep, older = dups[-1], dups[:-1]
-            doomed.extend(row.id for row in older)
-            if by == "average" and not dry_run:
-                costs = [c for c in (_mean(row.run_secs_json) for row in dups if row.error is None) if c is not None]
-                if costs:
-                    average = sum(costs) / len(costs)
-                    valid = _has_schedule(json.loads(keep.trace_json))
-                    conn.execute(
-                        records.update()
-                        .where(records.c.id == keep.id)
-                        .values(
-                            run_secs_json=json.dumps([average]),
-                            mean_run_sec=average if valid else None,
-                            error=None,
-                        )
-                    )
-        if not dry_run:
-            _delete_records(conn, sorted(doomed))
-        else:
-            conn.rollback()
-        return DedupeResult(by, configurations, len(doomed), dry_run)
+    return db.dedupe_records(by, dry_run=dry_run)
 
 
 # ------------------------------------------------------------------------- prune
 
 
-@dataclass
-class PruneResult:
-    failed: int = 0  # failed records selected by --failed
-    older: int = 0  # records selected by --older-than
-    beyond_top: int = 0  # successful records beyond the K fastest
-    removed: int = 0  # distinct records removed (or that would be)
-    dry_run: bool = False
-
-
 def prune(
-    db: HistoryDatabase,
+    db: HistoryStore,
     *,
     keep_top: int | None = None,
     failed: bool = False,
@@ -325,44 +177,8 @@ def prune(
         raise HistoryError(f"--keep-top must be >= 0, got {keep_top}")
     if older_than_days is not None and older_than_days < 0:
         raise HistoryError(f"--older-than must be >= 0 days, got {older_than_days}")
-    result = PruneResult(dry_run=dry_run)
-    with db._write_transaction("prune tuning records") as conn:
-        doomed: set[int] = set()
-        if failed:
-            ids = conn.execute(
-                sa.select(records.c.id).where(records.c.error.is_not(None))
-            ).scalars().all()
-            result.failed = len(ids)
-            doomed.update(ids)
-        if older_than_days is not None:
-            cutoff = time.time() - older_than_days * 86400.0
-            ids = conn.execute(
-                sa.select(records.c.id).where(records.c.created_at < cutoff)
-            ).scalars().all()
-            result.older = len(ids)
-            doomed.update(ids)
-        if keep_top is not None:
-            entries = db._all_workloads(conn)
-            rows = conn.execute(
-                sa.select(
-                    records.c.id, records.c.workload_id, records.c.target_hash
-                )
-                .where(records.c.mean_run_sec.is_not(None))
-                .order_by(records.c.mean_run_sec, records.c.id)
-            ).all()
-            seen: dict[tuple[int, str], int] = defaultdict(int)
-            for row in rows:
-                key = (id(entries[row.workload_id]), row.target_hash)
-                seen[key] += 1
-                if seen[key] > keep_top:
-                    result.beyond_top += 1
-                    doomed.add(row.id)
-        result.removed = len(doomed)
-        if dry_run:
-            conn.rollback()
-        else:
-            _delete_records(conn, sorted(doomed))
-    return result
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400.0
+    return db.prune_records(failed=failed, created_before=cutoff, keep_top=keep_top, dry_run=dry_run)
 
 
 # ------------------------------------------------------------------ export/import
@@ -378,26 +194,14 @@ def _open_text(path: Path, mode: str, compressed: bool = False) -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
-def export_history(db: HistoryDatabase, path: str | os.PathLike[str]) -> tuple[int, int]:
+def export_history(db: HistoryStore, path: str | os.PathLike[str]) -> tuple[int, int]:
     """Write every workload row and record to ``path``; returns (workloads, records).
 
     JSON lines (gzip when the name ends in ``.gz``), written to a temporary file
     and renamed, so an interrupted export never leaves half a file.
     """
     path = Path(path)
-    with db._access("export tuning records") as engine, engine.connect() as conn:
-        workload_rows = conn.execute(
-            sa.select(workloads.c.id, *(workloads.c[name] for name in WORKLOAD_FIELDS)).order_by(
-                workloads.c.id
-            )
-        ).all()
-        record_rows = conn.execute(
-            sa.select(
-                records.c.id,
-                records.c.workload_id,
-                *(records.c[name] for name in RECORD_FIELDS),
-            ).order_by(records.c.id)
-        ).all()
+    workload_rows, record_rows = db.export_rows()
     header = {
         "format": EXPORT_FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -414,21 +218,13 @@ def export_history(db: HistoryDatabase, path: str | os.PathLike[str]) -> tuple[i
         with _open_text(staging, "w", compressed=path.name.endswith(".gz")) as out:
             out.write(json.dumps(header, sort_keys=True) + "\n")
             for row in workload_rows:
-                out.write(json.dumps({"type": "workload", **row._asdict()}, sort_keys=True) + "\n")
+                out.write(json.dumps({"type": "workload", **row}, sort_keys=True) + "\n")
             for row in record_rows:
-                out.write(json.dumps({"type": "record", **row._asdict()}, sort_keys=True) + "\n")
+                out.write(json.dumps({"type": "record", **row}, sort_keys=True) + "\n")
         os.replace(staging, path)
     except OSError as err:
         raise HistoryError(f"{path}: cannot write the export: {err}") from None
     return len(workload_rows), len(record_rows)
-
-
-@dataclass
-class ImportResult:
-    added: int = 0
-    updated: int = 0
-    skipped: int = 0
-    workloads_added: int = 0
 
 
 def _read_export(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -464,7 +260,7 @@ def _read_export(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise HistoryError(f"{path}: cannot read the export: {err}") from None
 
 
-def import_history(db: HistoryDatabase, path: str | os.PathLike[str]) -> ImportResult:
+def import_history(db: HistoryStore, path: str | os.PathLike[str]) -> ImportResult:
     """Merge an export (or a TVM JSON database directory) into ``db``.
 
     Idempotent: a record already stored (same workload, target and trace) is
@@ -477,83 +273,10 @@ def import_history(db: HistoryDatabase, path: str | os.PathLike[str]) -> ImportR
         return _import_tvm_json(db, path if path.is_dir() else path.parent)
     if not path.is_file():
         raise HistoryError(f"{path}: no such export file")
-    result = ImportResult()
-    with db._write_transaction("import tuning records") as conn:
-        known: dict[int, _Workload] = {}
-        for number, obj in _read_export(path):
-            try:
-                if obj["type"] == "workload":
-                    known[obj["id"]] = _import_workload(db, conn, obj, result)
-                else:
-                    entry = known.get(obj["workload_id"])
-                    if entry is None:
-                        raise HistoryError(
-                            f"{path}:{number}: record of workload {obj['workload_id']}, "
-                            "which the file does not define before it"
-                        )
-                    _import_record(conn, entry, obj, result)
-            except HistoryError:
-                raise
-            except KeyError as err:
-                raise HistoryError(f"{path}:{number}: missing field {err}") from None
-            except (RuntimeError, ValueError, TypeError) as err:
-                first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-                raise HistoryError(f"{path}:{number}: invalid {obj['type']} line: {first}") from None
-    return result
+    return db.import_rows((f"{path}:{number}", obj) for number, obj in _read_export(path))
 
 
-def _import_workload(
-    db: HistoryDatabase, conn: Connection, obj: dict[str, Any], result: ImportResult
-) -> _Workload:
-    mod = tvm.ir.load_json(obj["mod_json"])
-    entry = db._find(conn, mod)
-    if entry is not None:
-        return entry
-    result.workloads_added += 1
-    return db._insert_workload(conn, mod, obj["mod_json"], float(obj["created_at"]))
-
-
-def _import_record(
-    conn: Connection, entry: _Workload, obj: dict[str, Any], result: ImportResult
-) -> None:
-    values = {name: obj[name] for name in RECORD_FIELDS}
-    values["target_hash"] = _sha256(values["target_json"])
-    values["candidate_hash"] = _sha256(values["trace_json"])
-    existing = conn.execute(
-        sa.select(records.c.id, *(records.c[name] for name in _RESULT_FIELDS))
-        .where(
-            records.c.workload_id.in_(entry.ids),
-            records.c.target_hash == values["target_hash"],
-            records.c.candidate_hash == values["candidate_hash"],
-        )
-        .order_by(records.c.created_at.desc(), records.c.id.desc())
-        .limit(1)
-    ).first()
-    if existing is None:
-        inserted = conn.execute(
-            _insert(conn, records)
-            .values(workload_id=entry.ids[0], **values)
-            .on_conflict_do_nothing(index_elements=["workload_id", "target_hash", "candidate_hash"])
-        ).rowcount
-        if inserted:
-            result.added += 1
-        else:
-            result.skipped += 1
-        return
-    newer = float(values["created_at"]) > float(existing.created_at)
-    same = all(getattr(existing, name) == values[name] for name in _RESULT_FIELDS)
-    if newer and not same:
-        conn.execute(
-            records.update()
-            .where(records.c.id == existing.id)
-            .values(**{name: values[name] for name in _RESULT_FIELDS})
-        )
-        result.updated += 1
-    else:
-        result.skipped += 1
-
-
-def _import_tvm_json(db: HistoryDatabase, directory: Path) -> ImportResult:
+def _import_tvm_json(db: HistoryStore, directory: Path) -> ImportResult:
     """Import MetaSchedule JSONDatabase files (``edgetune db export-tvm`` output)."""
     from tvm.s_tir import meta_schedule as ms
 

@@ -79,3 +79,17 @@ records = sa.Table(
     ),
     sa.Index("ix_records_best", "workload_id", "target_hash", "mean_run_sec"),
 )
+
+
+#: Alembic's own bookkeeping table, created with the others so that a new history
+#: is already "stamped" at the newest revision (see :mod:`edgetune.history.migrate`).
+alembic_version = sa.Table(
+    "alembic_version",
+    metadata,
+    sa.Column("version_num", sa.String(32), primary_key=True),
+)
+
+
+def revision_of(version: int) -> str:
+    """The Alembic revision that brings a history to schema ``version``."""
+    return f"{version:04d}"

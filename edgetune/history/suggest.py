@@ -40,11 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import sqlalchemy as sa
 
-from .database import HistoryDatabase
+from .store import HistoryStore
 from .maintenance import _target_label
-from .schema import records
 from ..tasks.signature import operator_signature
 
 
@@ -158,7 +156,7 @@ def _replay_windows(tuning_records: list[Any], latencies: list[float | None], ba
 
 
 def suggest_settings(
-    db: HistoryDatabase,
+    db: HistoryStore,
     *,
     target: Any = None,
     batch: int = 8,
@@ -182,22 +180,13 @@ def suggest_settings(
     if sampling and sampling_records < 2:
         raise ValueError(f"sampling_records must be >= 2, got {sampling_records!r} instead")
     wanted = None if operators is None else {tuple(op) for op in operators}
-    stmt = sa.select(
-        records.c.id, records.c.workload_id, records.c.target_hash, records.c.target_json, records.c.mean_run_sec
-    ).order_by(records.c.created_at, records.c.id)
-    if target is not None:
-        from .database import _sha256, _target_json
-
-        stmt = stmt.where(records.c.target_hash == _sha256(_target_json(target)))
-    with db._access("read tuning records") as engine, engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-        entries = db._entries(conn, {row.workload_id for row in rows})
+    rows = db.record_summaries(target)
     runs: dict[tuple[int, str], list[float | None]] = defaultdict(list)
     ids: dict[tuple[int, str], list[int]] = defaultdict(list)
     labels: dict[tuple[int, str], str] = {}
     signatures: dict[int, tuple[str, ...]] = {}
     for row in rows:
-        entry = entries[row.workload_id]
+        entry = row.workload
         key = (id(entry), row.target_hash)
         runs[key].append(row.mean_run_sec)
         ids[key].append(row.id)
@@ -219,7 +208,7 @@ def suggest_settings(
         if sampling:
             chosen = ids[key][:sampling_records]
             ratio, windows = sampling_ratio(
-                _replay_windows(_records_by_id(db, chosen), values[: len(chosen)], batch), seed=seed
+                _replay_windows(db.records_by_id(chosen), values[: len(chosen)], batch), seed=seed
             )
             if ratio is not None:
                 suggestion.sampling_ratios.append(ratio)
@@ -229,15 +218,6 @@ def suggest_settings(
         if suggestion.sampling_ratios:
             suggestion.kmeans_distance_ratio = min(suggestion.sampling_ratios)  # conservative
     return sorted(by_type.values(), key=lambda s: (s.target, s.operator))
-
-
-def _records_by_id(db: HistoryDatabase, record_ids: list[int]) -> list[Any]:
-    """TuningRecords (failed ones with TVM's failure stub) in the order of ``record_ids``."""
-    from .database import _RECORD_COLUMNS
-
-    with db._access("read tuning records") as engine, engine.connect() as conn:
-        rows = {row.id: row for row in conn.execute(sa.select(*_RECORD_COLUMNS).where(records.c.id.in_(record_ids))).all()}
-        return db._to_records(conn, [rows[i] for i in record_ids])
 
 
 def settings_by_operator(suggestions: list[Suggestion]) -> dict[tuple[str, ...], dict[str, Any]]:

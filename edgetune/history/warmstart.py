@@ -23,7 +23,7 @@ from typing import Any
 import tvm
 import tvm_ffi
 
-from .database import HistoryDatabase
+from .store import HistoryStore
 from ..tasks.signature import operator_signature
 
 
@@ -58,7 +58,7 @@ class WarmStartReport:
 def warm_start(
     cost_model: Any,
     task_mods: list[tvm.IRModule],
-    history: HistoryDatabase,
+    history: HistoryStore,
     target: Any,
     *,
     board_id: str,

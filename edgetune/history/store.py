@@ -1,0 +1,201 @@
+"""The public interface of a tuning history: what maintenance, suggest and warm start use.
+
+:class:`HistoryStore` is the contract; :class:`~edgetune.history.database.HistoryDatabase`
+implements it over SQL (SQLite and PostgreSQL), and ``tests/test_history_store.py``
+is the conformance suite every backend must pass. Code outside ``history/database.py``
+and ``history/sql_operations.py`` uses only these methods, never the tables.
+
+Results are plain data (the dataclasses below), so a caller never holds a
+connection or a SQL row. Record ids and workload row ids are stable for the
+life of a history: callers may keep them between calls (suggest replays
+records by id).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+from tvm.s_tir.schedule import Trace
+from tvm.target import Target
+
+#: Record columns an export line carries (besides ``id`` and ``workload_id``),
+#: and an import line must carry.
+RECORD_FIELDS = (
+    "target_json",
+    "target_kind",
+    "trace_json",
+    "candidate_hash",
+    "run_secs_json",
+    "mean_run_sec",
+    "error",
+    "args_info_json",
+    "board_id",
+    "tvm_version",
+    "created_at",
+)
+#: Workload columns an export line carries (besides ``id``).
+WORKLOAD_FIELDS = ("shash", "mod_hash", "mod_json", "created_at")
+
+
+@dataclass
+class StoredWorkload:
+    """One workload (an IRModule) and the rows that hold it.
+
+    Several rows can hold structurally equal modules (serialised differently,
+    e.g. by another TVM version); they are one workload, and ``ids`` lists them
+    all, oldest first.
+    """
+
+    workload: Workload
+    shash: str
+    ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RecordGroup:
+    """Records of one workload on one target (all of the workload's rows merged)."""
+
+    workload: StoredWorkload
+    target_json: str
+    args_info_json: str
+    workload_ids: list[int]
+    count: int
+    successful: int
+    failed: int
+    best_sec: float | None
+    first: float
+    last: float
+    boards: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RecordSummary:
+    """A record without its trace: enough to order, group and rank measurements."""
+
+    id: int
+    workload: StoredWorkload
+    target_json: str
+    target_hash: str
+    mean_run_sec: float | None  # None: failed, or a trace MetaSchedule must never pick
+    created_at: float
+
+
+@dataclass
+class DedupeResult:
+    by: str
+    configurations: int  # configurations that had duplicates
+    removed: int  # rows deleted
+    dry_run: bool = False
+
+
+@dataclass
+class PruneResult:
+    failed: int = 0  # failed records selected by --failed
+    older: int = 0  # records selected by --older-than
+    beyond_top: int = 0  # successful records beyond the K fastest
+    removed: int = 0  # distinct records removed (or that would be)
+    dry_run: bool = False
+
+
+@dataclass
+class ImportResult:
+    added: int = 0
+    updated: int = 0
+    skipped: int = 0
+    workloads_added: int = 0
+
+
+class HistoryStore(abc.ABC):
+    """A tuning history's operations, independent of where its rows live.
+
+    Every method raises :class:`~edgetune.errors.HistoryError` (one line) on a
+    storage failure, and on a write to a history opened read-only. Writes that
+    change several rows (dedupe, prune, import) are one transaction each: they
+    happen wholly or not at all, also when another process writes meanwhile.
+    """
+
+    # -- identity
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """Where the history lives, password masked."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the store cannot be used afterwards."""
+
+    # -- reading (warm start, suggest, stats)
+
+    @abc.abstractmethod
+    def workloads(self, ids: Iterable[int] | None = None) -> dict[int, StoredWorkload]:
+        """Workloads by row id (all rows, or those of ``ids``); rows of one workload share one entry."""
+
+    @abc.abstractmethod
+    def record_groups(self) -> list[RecordGroup]:
+        """Per workload and target: counts, best, first/last time and boards."""
+
+    @abc.abstractmethod
+    def record_summaries(self, target: Target | None = None) -> list[RecordSummary]:
+        """Every record (of ``target``, or all), in the order they were measured."""
+
+    @abc.abstractmethod
+    def records_by_id(self, record_ids: list[int]) -> list[TuningRecord]:
+        """TuningRecords in the order of ``record_ids``; failed ones carry TVM's failure stub."""
+
+    @abc.abstractmethod
+    def successful_records(self, target: Target, *, limit: int = 5000) -> list[tuple[TuningRecord, str]]:
+        """Successful records on ``target``, newest first, each with the board that measured it."""
+
+    @abc.abstractmethod
+    def count_records(
+        self, workload: Workload | IRModule | None = None, target: Target | None = None, successful_only: bool = False
+    ) -> int:
+        """How many records (of a workload, of a target, successful only)."""
+
+    @abc.abstractmethod
+    def has_candidate(self, workload: Workload | IRModule, target: Target, trace: Trace) -> bool:
+        """Whether this exact trace was measured on ``target`` (failed or not)."""
+
+    @abc.abstractmethod
+    def best_record(self, workload: Workload | IRModule, target: Target) -> TuningRecord | None:
+        """The fastest successful record of ``workload`` on ``target``."""
+
+    # -- maintenance (writes)
+
+    @abc.abstractmethod
+    def dedupe_records(self, by: str, *, dry_run: bool = False) -> DedupeResult:
+        """Keep one record per (workload, target, trace): the newest (``"date"``) or their average."""
+
+    @abc.abstractmethod
+    def prune_records(
+        self,
+        *,
+        failed: bool = False,
+        created_before: float | None = None,
+        keep_top: int | None = None,
+        dry_run: bool = False,
+    ) -> PruneResult:
+        """Delete failed records, records older than a Unix time, and successful ones beyond the top K."""
+
+    @abc.abstractmethod
+    def export_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every workload row and record as plain dicts (``WORKLOAD_FIELDS``/``RECORD_FIELDS`` plus ids)."""
+
+    @abc.abstractmethod
+    def import_rows(self, lines: Iterable[tuple[str, dict[str, Any]]]) -> ImportResult:
+        """Merge exported rows (``(where, row)``; ``row["type"]`` is ``workload`` or ``record``).
+
+        Workloads are matched structurally; a record already stored is skipped,
+        or updated when the line holds a newer measurement of it. ``where`` names
+        the line in errors. One transaction: a bad line imports nothing.
+        """
+
+    @abc.abstractmethod
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        """Store a measurement (a re-measured candidate keeps one row, with the newest result)."""

@@ -1,0 +1,196 @@
+"""Conformance suite of the public history store interface (``edgetune.history.store.HistoryStore``).
+
+Every backend must pass every test here, as Optuna's storage tests do: each test
+takes ``store_url`` and runs once per backend of test_history's ``BACKENDS``
+(an SQLite file and a real PostgreSQL server). The tests use only the
+interface's methods (and ``commit_*`` to fill a store), never SQL, so that a
+new backend can be checked by adding it to the fixture.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from pathlib import Path
+
+import pytest
+import tvm
+from tvm import te
+from tvm.s_tir import meta_schedule as ms
+
+from edgetune.errors import HistoryError
+from edgetune.history import HistoryStore, open_history
+from edgetune.history.store import RECORD_FIELDS, WORKLOAD_FIELDS
+from test_history import ARM, MOD, X86, _matmul_sized, _record, _schedule, _secs
+from test_history import db_url as store_url  # noqa: F401 - the per-backend fixture
+
+MOD8 = tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))})
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _record8(factor: int, secs: list[float], target=ARM) -> ms.database.TuningRecord:
+    args = ms.arg_info.ArgInfo.from_prim_func(MOD8["main"])
+    return ms.database.TuningRecord(_schedule(factor, MOD8).trace, ms.database.Workload(MOD8), secs, target, args)
+
+
+@pytest.fixture
+def store(store_url: str) -> HistoryStore:
+    """Three ARM records of MOD (one failed), one X86 record of MOD, one ARM record of MOD8."""
+    db = open_history(store_url, board_id="board-a")
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 2, [4e-3]))
+    db.commit_tuning_record(_record(workload, 4, [1e-3]))
+    db.commit_tuning_record_with_error(_record(workload, 8, [1.0]), "RPC session timed out")
+    db.commit_tuning_record(_record(workload, 4, [3e-4], target=X86))
+    db.commit_tuning_record(_record8(2, [5e-5]))
+    yield db
+    db.close()
+
+
+def test_what_open_history_returns_is_a_store(store):
+    assert isinstance(store, HistoryStore)
+    assert "://" in store.url or Path(store.url).name == "tuning.db"
+
+
+def test_workloads_by_row_id(store):
+    everything = store.workloads()
+    assert len(everything) == 2
+    by_module = {len(entry.workload.mod["main"].params): row for row, entry in everything.items()}
+    assert sorted(by_module) == [3]  # both are 3-argument matmuls
+    some = store.workloads([min(everything)])
+    assert list(some) == [min(everything)]
+    assert some[min(everything)].ids == [min(everything)]
+    assert store.workloads([10_000]) == {}
+
+
+def test_record_summaries_in_measurement_order_and_by_target(store):
+    summaries = store.record_summaries()
+    assert len(summaries) == 5
+    assert [s.created_at for s in summaries] == sorted(s.created_at for s in summaries)
+    arm = store.record_summaries(ARM)
+    assert len(arm) == 4
+    assert [s.mean_run_sec for s in arm] == [4e-3, 1e-3, None, 5e-5]  # the failure has no mean
+    assert {id(s.workload) for s in arm[:3]} == {id(arm[0].workload)}  # one entry per workload
+    assert [s.mean_run_sec for s in store.record_summaries(X86)] == [3e-4]
+
+
+def test_records_by_id_keep_the_order_asked_for(store):
+    ids = [s.id for s in store.record_summaries(ARM)]
+    wanted = [ids[2], ids[0], ids[1]]
+    got = store.records_by_id(wanted)
+    assert [_secs(r) for r in got[1:]] == [[4e-3], [1e-3]]
+    assert _secs(got[0])[0] >= 1e9  # a failed record carries TVM's failure stub
+    with pytest.raises(HistoryError, match="no record with id"):
+        store.records_by_id([max(ids) + 1000])
+
+
+def test_record_groups_count_per_workload_and_target(store):
+    groups = store.record_groups()
+    assert len(groups) == 3
+    by_count = sorted((g.count, g.successful, g.failed, g.best_sec) for g in groups)
+    assert by_count == [(1, 1, 0, 5e-5), (1, 1, 0, 3e-4), (3, 2, 1, 1e-3)]
+    assert all(g.boards == ["board-a"] for g in groups)
+    assert all(g.first <= g.last for g in groups)
+    assert len({id(g.workload) for g in groups}) == 2
+
+
+def test_successful_records_newest_first_with_their_board(store):
+    found = store.successful_records(ARM)
+    assert [_secs(r) for r, _ in found] == [[5e-5], [1e-3], [4e-3]]
+    assert {board for _, board in found} == {"board-a"}
+    assert len(store.successful_records(ARM, limit=1)) == 1
+
+
+def test_counts_candidates_and_best(store):
+    assert store.count_records() == 5
+    assert store.count_records(MOD, ARM) == 3
+    assert store.count_records(MOD, ARM, successful_only=True) == 2
+    assert store.has_candidate(MOD, ARM, _schedule(8).trace)  # failed, but measured
+    assert not store.has_candidate(MOD, X86, _schedule(2).trace)
+    assert _secs(store.best_record(MOD, ARM)) == [1e-3]
+    assert store.best_record(MOD8, X86) is None
+
+
+def test_prune_records_dry_run_then_for_real(store):
+    counted = store.prune_records(failed=True, keep_top=1, dry_run=True)
+    assert (counted.failed, counted.beyond_top, counted.removed) == (1, 1, 2)
+    assert store.count_records() == 5
+    done = store.prune_records(failed=True, keep_top=1)
+    assert done.removed == 2
+    assert store.count_records() == 3
+    assert store.prune_records(created_before=time.time() + 60).removed == 3
+    assert store.count_records() == 0
+
+
+def test_dedupe_records_with_nothing_duplicated_changes_nothing(store):
+    result = store.dedupe_records("average")
+    assert (result.configurations, result.removed) == (0, 0)
+    assert store.count_records() == 5
+    with pytest.raises(HistoryError, match="use 'date' or 'average'"):
+        store.dedupe_records("median")
+
+
+def test_export_rows_import_into_a_fresh_sqlite_store(store, tmp_path):
+    workload_rows, record_rows = store.export_rows()
+    assert len(workload_rows) == 2 and len(record_rows) == 5
+    assert set(WORKLOAD_FIELDS) <= set(workload_rows[0]) and set(RECORD_FIELDS) <= set(record_rows[0])
+    lines = [(f"w{i}", {"type": "workload", **row}) for i, row in enumerate(workload_rows)]
+    lines += [(f"r{i}", {"type": "record", **row}) for i, row in enumerate(record_rows)]
+    other = open_history(str(tmp_path / "copy.db"))
+    try:
+        result = other.import_rows(lines)
+        assert (result.added, result.workloads_added) == (5, 2)
+        assert other.import_rows(lines).skipped == 5  # idempotent
+        assert _secs(other.best_record(MOD, ARM)) == [1e-3]
+        # and back into the original store: everything is already there
+        assert store.import_rows(lines).skipped == 5
+    finally:
+        other.close()
+
+
+def test_import_rows_is_one_transaction(store):
+    workload_rows, record_rows = store.export_rows()
+    fresh = {"type": "record", **record_rows[0], "trace_json": record_rows[0]["trace_json"]}
+    fresh["created_at"] = time.time() + 10
+    fresh["run_secs_json"] = "[9e-4]"
+    fresh["mean_run_sec"] = 9e-4
+    bad = {"type": "record", "workload_id": workload_rows[0]["id"]}  # no fields
+    with pytest.raises(HistoryError, match="line 2: missing field"):
+        store.import_rows([("line 0", {"type": "workload", **workload_rows[0]}), ("line 1", fresh), ("line 2", bad)])
+    assert _secs(store.best_record(MOD, ARM)) == [1e-3]  # the update in line 1 was rolled back
+
+
+def test_read_only_store_refuses_every_write(store, store_url):
+    reader = open_history(store_url, read_only=True)
+    try:
+        assert reader.count_records() == 5
+        for write in (
+            lambda: reader.prune_records(failed=True),
+            lambda: reader.dedupe_records("date"),
+            lambda: reader.import_rows([]),
+            lambda: reader.commit_tuning_record(_record(reader.commit_workload(MOD), 32, [1e-3])),
+        ):
+            with pytest.raises(HistoryError, match="read-only"):
+                write()
+    finally:
+        reader.close()
+
+
+def test_only_the_sql_backend_touches_the_tables():
+    """Everything outside the SQL backend goes through the store's methods."""
+    backend = {"database.py", "sql_operations.py", "sql.py", "schema.py", "migrate.py"}
+    private = {"_access", "_entries", "_write_transaction", "_all_workloads", "_find", "_insert_workload", "_to_records"}
+    offenders = []
+    for path in sorted((REPO / "edgetune").rglob("*.py")):
+        if path.parent.name in ("history", "versions") and path.name in backend | {"__init__.py"}:
+            continue
+        if "migrations" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.endswith("history.schema"):
+                if any(alias.name in ("records", "workloads", "meta", "metadata") for alias in node.names):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports the tables")
+            if isinstance(node, ast.Attribute) and node.attr in private:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} uses {node.attr}")
+    assert offenders == []

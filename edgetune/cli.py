@@ -14,6 +14,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
+from .common.choices import (
+    COST_MODELS,
+    EARLY_STOPS,
+    EVALUATORS,
+    EXPLORATIONS,
+    SAMPLERS,
+    TASK_SCHEDULERS,
+    TRANSFERS,
+    WARM_START_MODES,
+)
 from .errors import EdgetuneError, TuningInterrupted
 
 TUNE_EPILOG = """\
@@ -64,7 +74,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", metavar="DIR", help="output directory (default: ./edgetune-out/MODEL-PROFILE)")
     tune.add_argument(
         "--warm-start",
-        choices=("off", "same", "auto", "similar"),
+        choices=WARM_START_MODES,
         default="same",
         help="train the cost model on the history before tuning: 'same' tasks (this board, and down-weighted "
         "other boards; default), 'auto' adds the same operator at other shapes where a task has no history "
@@ -78,15 +88,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "(a hard per-task cap with early_stop fixed or none), and with the kmeans sampler the type's safe K-means "
         "distance ratio; task types without history keep the profile's settings (the run names them)",
     )
-    from .profile.schema import TASK_SCHEDULERS
-
     tune.add_argument(
         "--scheduler",
         choices=TASK_SCHEDULERS,
         help="how the budget is shared between the model's tasks (default: the profile's tuning.task_scheduler)",
     )
-    from .profile.schema import COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, SAMPLERS, TRANSFERS
-
     reduce = tune.add_argument_group(
         "fewer on-device trials", "each overrides the profile key named in brackets; `none`/`fixed`/`xgb` give stock MetaSchedule"
     )

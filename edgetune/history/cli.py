@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from edgetune.common.choices import DEDUPE_METHODS
 from edgetune.errors import HistoryError
 
 #: edgetune.history.suggest.SAMPLING_RECORDS, not imported so that the CLI starts without TVM
@@ -102,7 +103,7 @@ def add_db_commands(db_sub: Any) -> None:
         DEDUPE_EPILOG,
     )
     dedupe.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
-    dedupe.add_argument("--by", choices=("date", "average"), default="date", help="which result survives (default: date)")
+    dedupe.add_argument("--by", choices=DEDUPE_METHODS, default="date", help="which result survives (default: date)")
     dedupe.add_argument("--dry-run", action="store_true", help="count, do not change anything")
     dedupe.set_defaults(func=_run_dedupe)
 

@@ -29,6 +29,7 @@ from typing import IO, Any
 import tvm
 
 from edgetune import __version__
+from edgetune.common.choices import DEDUPE_METHODS
 from edgetune.errors import HistoryError
 from edgetune.history.database import TUNING_RECORD_FILE, WORKLOAD_FILE
 from edgetune.history.schema import SCHEMA_VERSION
@@ -149,7 +150,7 @@ def dedupe(db: HistoryStore, by: str = "date", *, dry_run: bool = False) -> Dedu
     row but replaces its result by the average run time of the successful
     duplicates (``run_secs`` becomes ``[average]``), as the paper's history does.
     """
-    if by not in ("date", "average"):
+    if by not in DEDUPE_METHODS:
         raise HistoryError(f"dedupe by '{by}': use 'date' or 'average'")
     return db.dedupe_records(by, dry_run=dry_run)
 

@@ -21,6 +21,7 @@ from tvm.s_tir.meta_schedule.database import TuningRecord
 from tvm.target import Target
 
 from edgetune.common.failure import is_failed
+from edgetune.common.choices import DEDUPE_METHODS
 from edgetune.errors import HistoryError
 from edgetune.history.schema import records, workloads
 from edgetune.history.sql import RECORD_COLUMNS, has_schedule, insert_statement, sha256, target_json
@@ -169,7 +170,7 @@ class SqlOperations:
     # ----------------------------------------------------------- maintenance
 
     def dedupe_records(self, by: str, *, dry_run: bool = False) -> DedupeResult:
-        if by not in ("date", "average"):
+        if by not in DEDUPE_METHODS:
             raise HistoryError(f"dedupe by '{by}': use 'date' or 'average'")
         with self._write_transaction("dedupe tuning records") as conn:
             entries = self._all_workloads(conn)

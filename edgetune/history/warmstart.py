@@ -23,11 +23,12 @@ from typing import Any
 import tvm
 import tvm_ffi
 
+from edgetune.common.choices import WARM_START_SCOPES
+
 from .store import HistoryStore
 from ..tasks.signature import operator_signature
 
 
-WARM_START_SCOPES = ("same", "auto", "similar")
 
 
 @dataclass

@@ -25,26 +25,19 @@ from edgetune.errors import ProfileError
 if TYPE_CHECKING:
     import tvm
 
-#: ``tvm.runtime.Device`` kinds a board can expose over RPC.
-RPC_DEVICES = ("cpu", "cuda", "opencl", "vulkan", "metal")
-#: Cost models ``edgetune tune`` knows how to build.
-COST_MODELS = ("xgb", "rf", "random")
-#: How candidates are timed on the board.
-EVALUATORS = ("adaptive", "fixed")
-#: Candidate sampling before measurement (K-means: measure one per cluster).
-SAMPLERS = ("kmeans", "none")
-#: Per-task early stop rules.
-EARLY_STOPS = ("adaptive", "fixed", "none")
-#: How the share of random candidates in a batch is chosen.
-EXPLORATIONS = ("contextual", "fixed")
-#: where a task's first batch takes candidates from besides the search: "similar" workloads' best traces
-TRANSFERS = ("similar", "off")
-#: the layout 2-D convolutions are tuned and built in (see edgetune.tasks.graph)
-CONV_LAYOUTS = ("as-is", "NHWC")
-#: MetaSchedule search strategies.
-SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
-#: MetaSchedule task schedulers.
-TASK_SCHEDULERS = ("gradient", "round-robin", "ucb", "epsilon-greedy", "softmax")
+from edgetune.common.choices import (  # noqa: F401 - re-exported: the schema's vocabulary
+    CONV_LAYOUTS,
+    COST_MODELS,
+    EARLY_STOPS,
+    EVALUATORS,
+    EXPLORATIONS,
+    RPC_DEVICES,
+    SAMPLERS,
+    SEARCH_STRATEGIES,
+    TASK_SCHEDULERS,
+    TRANSFERS,
+)
+
 #: The RPC device each target kind runs on; kinds not listed need an explicit ``rpc.device``.
 DEVICE_FOR_KIND = {
     "llvm": "cpu",

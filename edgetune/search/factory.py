@@ -6,7 +6,7 @@ from typing import Any
 
 import tvm.s_tir.meta_schedule as ms
 
-from ..profile import COST_MODELS, SEARCH_STRATEGIES, TASK_SCHEDULERS
+from ..common.choices import COST_MODELS, SEARCH_STRATEGIES, STOCK_SCHEDULERS, TASK_SCHEDULERS
 
 #: bounds of the automatic evolutionary population (MetaSchedule's default is the upper one)
 MIN_POPULATION, MAX_POPULATION = 64, 512
@@ -135,7 +135,7 @@ def make_task_scheduler(name: str, *, peak_gflops: float | None = None, seed: in
     The stock schedulers cannot be told: both time a batch while the next one
     is built (round-robin always, gradient whenever it picks another task)."""
     _check("task_scheduler", name, TASK_SCHEDULERS)
-    if name in ("gradient", "round-robin"):
+    if name in STOCK_SCHEDULERS:
         return ms.task_scheduler.TaskScheduler.create(name)
     from .scheduler import SCHEDULER_CLASSES
 

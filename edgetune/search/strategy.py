@@ -50,6 +50,7 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
+from ..common.choices import SAMPLERS
 from ..common.failure import is_valid_secs
 from .early_stop import EarlyStop, make_early_stop
 from .sampling import KMeansSampler
@@ -191,7 +192,7 @@ class AdaptiveSearch(PySearchStrategy):
         measured_outside: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
-        if sampler not in ("kmeans", "none"):
+        if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be 'kmeans' or 'none', got {sampler!r} instead")
         if exploration not in ("contextual", "fixed"):
             raise ValueError(f"exploration must be 'contextual' or 'fixed', got {exploration!r} instead")

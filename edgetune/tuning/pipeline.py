@@ -48,6 +48,8 @@ from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
 from ..tasks.graph import prepare_graph
+from edgetune.common.choices import STOCK_SCHEDULERS
+
 from .baseline import is_default_trace, measure_defaults
 from .cache import CandidateCache
 from .callbacks import RecordAndReport
@@ -58,7 +60,6 @@ from .signals import StopRequested, StopSignal, stop_on_signals
 from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TaskResult, TrialCounts, TuneSummary
 
 #: MetaSchedule's own task schedulers: they cannot be told to await each batch's measurements
-STOCK_SCHEDULERS = ("gradient", "round-robin")
 
 
 @dataclass

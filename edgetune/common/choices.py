@@ -1,0 +1,37 @@
+"""Every closed set of names a user can choose from, in one place.
+
+The profile schema validates against these, the CLI offers them as
+``choices=``, and the components that branch on a name import the same
+tuple, so a new option is added once and cannot be accepted by one layer
+and refused by the next.
+"""
+
+from __future__ import annotations
+
+#: ``tvm.runtime.Device`` kinds a board can expose over RPC.
+RPC_DEVICES = ("cpu", "cuda", "opencl", "vulkan", "metal")
+#: Cost models ``edgetune tune`` knows how to build.
+COST_MODELS = ("xgb", "rf", "random")
+#: How candidates are timed on the board.
+EVALUATORS = ("adaptive", "fixed")
+#: Candidate sampling before measurement (K-means: measure one per cluster).
+SAMPLERS = ("kmeans", "none")
+#: Per-task early stop rules.
+EARLY_STOPS = ("adaptive", "fixed", "none")
+#: How the share of random candidates in a batch is chosen.
+EXPLORATIONS = ("contextual", "fixed")
+#: Where a task's first batch takes candidates from besides the search: "similar" workloads' best traces.
+TRANSFERS = ("similar", "off")
+#: The layout 2-D convolutions are tuned and built in (see edgetune.tasks.graph).
+CONV_LAYOUTS = ("as-is", "NHWC")
+#: MetaSchedule search strategies.
+SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
+#: Task schedulers: MetaSchedule's own two, then edgetune's (search.scheduler).
+STOCK_SCHEDULERS = ("gradient", "round-robin")
+TASK_SCHEDULERS = (*STOCK_SCHEDULERS, "ucb", "epsilon-greedy", "softmax")
+#: Which history records train the cost model before tuning (history.warmstart).
+WARM_START_SCOPES = ("same", "auto", "similar")
+#: ``--warm-start``: off, or one of the scopes.
+WARM_START_MODES = ("off", *WARM_START_SCOPES)
+#: ``db dedupe --by``: which result of a repeated configuration survives.
+DEDUPE_METHODS = ("date", "average")

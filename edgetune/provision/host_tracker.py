@@ -14,7 +14,7 @@ from ..board.rpc_tracker import TrackerAddress, tracker_summary
 from ..common.process import pid_alive, port_in_use, spawn_group, stop_group, wait_until
 from ..errors import BoardError, ProvisionError
 from .inventory import TrackerSettings
-from .state import read_record, state_dir, write_record
+from .state import read_record, state_dir, stop_recorded, write_record
 
 MARKER = "tvm.exec.rpc_tracker"
 
@@ -102,8 +102,4 @@ def ensure_tracker(settings: TrackerSettings, log: Callable[[str], None] = lambd
 def stop_tracker() -> bool:
     """Stop the recorded tracker; whether one was running."""
     current = running_tracker()
-    _record_path().unlink(missing_ok=True)
-    if current is None:
-        return False
-    stop_group(current.pid)
-    return True
+    return stop_recorded(_record_path(), current.pid if current else None)

@@ -3,9 +3,9 @@
 ``edgetune provision`` exits while the tracker and the tunnels it started keep
 running; these records let a later ``provision`` reuse them and ``boards
 status`` / ``boards teardown`` find them. Everything lives under
-``$EDGETUNE_STATE_DIR`` (default ``~/.local/state/edgetune``). Checking and
-stopping the recorded processes is :mod:`edgetune.common.process`'s
-(``pid_alive``, ``stop_group``).
+``$EDGETUNE_STATE_DIR`` (default ``~/.local/state/edgetune``). A recorded
+process is checked with :func:`edgetune.common.process.pid_alive` and stopped,
+record and all, with :func:`stop_recorded`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from ..common.process import stop_group
 
 
 def state_dir() -> Path:
@@ -40,3 +42,15 @@ def write_record(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+def stop_recorded(path: Path, pid: int | None) -> bool:
+    """Forget the record at ``path`` and stop the process group ``pid`` leads; whether one ran.
+
+    ``pid`` is the caller's check of the record (alive, with its marker), made before it goes.
+    """
+    path.unlink(missing_ok=True)
+    if pid is None:
+        return False
+    stop_group(pid)
+    return True

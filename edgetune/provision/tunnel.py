@@ -24,7 +24,7 @@ from typing import Callable
 from ..common.process import log_tail, pid_alive, port_open, spawn_group, stop_group, wait_for_port
 from ..errors import ProvisionError
 from .inventory import BoardEntry
-from .state import board_dir, read_record, write_record
+from .state import board_dir, read_record, stop_recorded, write_record
 
 MARKER = "edgetune-tunnel"
 
@@ -109,8 +109,4 @@ def ensure_tunnel(entry: BoardEntry, tracker_port: int, log: Callable[[str], Non
 
 def stop_tunnel(entry: BoardEntry) -> bool:
     current = running_tunnel(entry)
-    _record(entry).unlink(missing_ok=True)
-    if current is None:
-        return False
-    stop_group(current.pid)
-    return True
+    return stop_recorded(_record(entry), current.pid if current else None)

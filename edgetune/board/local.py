@@ -13,45 +13,20 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from ..common.process import spawn_group, stop_group, wait_until
 from ..errors import BoardError
 from .rpc_tracker import TrackerAddress, device_counts, free_port, tracker_summary
 
 LOOPBACK = "127.0.0.1"
 
 
-def stop_process_group(process: subprocess.Popen, grace_sec: float = 5.0) -> None:
-    """SIGTERM the process group, then SIGKILL it if anything is left."""
-    if process.poll() is not None and not _group_alive(process.pid):
-        return
-    for sig, wait in ((signal.SIGTERM, grace_sec), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            process.poll()
-            if not _group_alive(process.pid):
-                return
-            time.sleep(0.05)
-    process.wait(timeout=2)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - someone else's group
-        return True
-    return True
+#: the former name, still imported by benchmarks/builder_runner_overhead.py
+stop_process_group = stop_group
 
 
 class LocalBoard:
@@ -112,7 +87,7 @@ class LocalBoard:
         """Stop server and tracker (whole process groups). Safe to call twice."""
         for process in (self._server, self._tracker):
             if process is not None:
-                stop_process_group(process)
+                stop_group(process)
         self._server = self._tracker = None
         self.address = None
 
@@ -123,20 +98,14 @@ class LocalBoard:
 
     # -- internals -------------------------------------------------------
     def _spawn(self, args: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 - owned by the child
-        try:
-            return subprocess.Popen(
-                # orphan_guard: the group dies with this process even if stop() never runs
-                [sys.executable, "-m", "edgetune.board.orphan_guard", str(os.getpid()), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.log_dir,
-                env={**os.environ, **(env or {})},
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        return spawn_group(
+            # orphan_guard: the group dies with this process even if stop() never runs
+            [sys.executable, "-m", "edgetune.board.orphan_guard", str(os.getpid()), *args],
+            self.log_dir / log_name,
+            env=env,
+            cwd=self.log_dir,
+            error=BoardError,
+        )
 
     def _start_tracker(self) -> TrackerAddress:
         for _attempt in range(5):
@@ -148,22 +117,17 @@ class LocalBoard:
             )
             self._tracker = process
             address = TrackerAddress(LOOPBACK, port, self.key)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    break  # port raced away: try another one
-                try:
-                    tracker_summary(address, timeout_sec=2)
-                    return address
-                except BoardError:
-                    time.sleep(0.2)
-            stop_process_group(process)
+            # the summary is a non-empty dict once it answers; an exit during the wait
+            # means the port raced away: try another one
+            if wait_until(lambda: tracker_summary(address, timeout_sec=2), 30, process=process, retry_on=BoardError):
+                return address
+            stop_group(process)
         raise BoardError(f"could not start a loopback RPC tracker; see {self.log_dir / 'tracker.log'}")
 
     def _start_server(self, address: TrackerAddress) -> None:
         port = free_port(LOOPBACK)
         env = {"TVM_NUM_THREADS": str(self.num_threads)} if self.num_threads else {}
-        self._server = self._spawn(
+        server = self._server = self._spawn(
             [
                 "tvm.exec.rpc_server",
                 "--tracker",
@@ -180,17 +144,16 @@ class LocalBoard:
             "server.log",
             env,
         )
-        deadline = time.monotonic() + self.startup_timeout_sec
-        while time.monotonic() < deadline:
-            if self._server.poll() is not None:
-                raise BoardError(
-                    f"the loopback RPC server exited with code {self._server.returncode}; "
-                    f"see {self.log_dir / 'server.log'}"
-                )
-            registered, _free = device_counts(tracker_summary(address), self.key)
-            if registered:
-                return
-            time.sleep(0.2)
+
+        def registered() -> bool:
+            return device_counts(tracker_summary(address), self.key)[0] > 0
+
+        if wait_until(registered, self.startup_timeout_sec, process=server):
+            return
+        if server.poll() is not None:
+            raise BoardError(
+                f"the loopback RPC server exited with code {server.returncode}; see {self.log_dir / 'server.log'}"
+            )
         raise BoardError(
             f"the loopback RPC server did not register under key {self.key!r} within "
             f"{self.startup_timeout_sec:g} s; see {self.log_dir / 'server.log'}"

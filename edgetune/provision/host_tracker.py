@@ -6,18 +6,15 @@ remote forward, so TVM's unauthenticated RPC never listens on the network.
 
 from __future__ import annotations
 
-import errno
-import socket
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from ..board.rpc_tracker import TrackerAddress, tracker_summary
+from ..common.process import pid_alive, port_in_use, spawn_group, stop_group, wait_until
 from ..errors import BoardError, ProvisionError
 from .inventory import TrackerSettings
-from .state import pid_alive, read_record, state_dir, terminate_group, write_record
+from .state import read_record, state_dir, stop_recorded, write_record
 
 MARKER = "tvm.exec.rpc_tracker"
 
@@ -50,15 +47,10 @@ def running_tracker() -> HostTracker | None:
 
 
 def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return True
-            raise BoardError(f"cannot bind the tracker to {host}:{port}: {error.strerror}") from None
-    return False
+    try:
+        return port_in_use(host, port)
+    except OSError as error:
+        raise BoardError(f"cannot bind the tracker to {host}:{port}: {error.strerror}") from None
 
 
 def ensure_tracker(settings: TrackerSettings, log: Callable[[str], None] = lambda _m: None) -> HostTracker:
@@ -73,7 +65,7 @@ def ensure_tracker(settings: TrackerSettings, log: Callable[[str], None] = lambd
                 log(f"recorded tracker pid {current.pid} does not answer; restarting it")
         else:
             log(f"tracker moves from {current.host}:{current.port} to {settings.host}:{settings.port}")
-        terminate_group(current.pid)
+        stop_group(current.pid)
     if _port_in_use(settings.host, settings.port):
         raise ProvisionError(
             f"tracker port {settings.port} on {settings.host} is in use by another program, not an edgetune "
@@ -86,26 +78,20 @@ def ensure_tracker(settings: TrackerSettings, log: Callable[[str], None] = lambd
             "that network can use it; keep direct mode to a trusted lab LAN"
         )
     logfile = state_dir() / "tracker.log"
-    with open(logfile, "ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", MARKER, "--host", settings.host, "--port", str(settings.port),
-             "--port-end", str(settings.port + 1)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    process = spawn_group(
+        [sys.executable, "-m", MARKER, "--host", settings.host, "--port", str(settings.port),
+         "--port-end", str(settings.port + 1)],
+        logfile, error=ProvisionError,
+    )
     tracker = HostTracker(settings.host, settings.port, process.pid, started=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    # the summary is a non-empty dict once the tracker answers
+    if not wait_until(lambda: tracker_summary(tracker.address("-"), timeout_sec=2), 30, process=process,
+                      retry_on=BoardError):
         if process.poll() is not None:
             raise ProvisionError(
                 f"the host tracker exited with code {process.returncode} at start; see {logfile}"
             )
-        try:
-            tracker_summary(tracker.address("-"), timeout_sec=2)
-            break
-        except BoardError:
-            time.sleep(0.2)
-    else:
-        terminate_group(process.pid)
+        stop_group(process)
         raise ProvisionError(f"the host tracker did not answer within 30 s; see {logfile}")
     write_record(_record_path(), {"pid": process.pid, "host": settings.host, "port": settings.port,
                                   "log": str(logfile)})
@@ -116,8 +102,4 @@ def ensure_tracker(settings: TrackerSettings, log: Callable[[str], None] = lambd
 def stop_tracker() -> bool:
     """Stop the recorded tracker; whether one was running."""
     current = running_tracker()
-    _record_path().unlink(missing_ok=True)
-    if current is None:
-        return False
-    terminate_group(current.pid)
-    return True
+    return stop_recorded(_record_path(), current.pid if current else None)

@@ -3,17 +3,19 @@
 ``edgetune provision`` exits while the tracker and the tunnels it started keep
 running; these records let a later ``provision`` reuse them and ``boards
 status`` / ``boards teardown`` find them. Everything lives under
-``$EDGETUNE_STATE_DIR`` (default ``~/.local/state/edgetune``).
+``$EDGETUNE_STATE_DIR`` (default ``~/.local/state/edgetune``). A recorded
+process is checked with :func:`edgetune.common.process.pid_alive` and stopped,
+record and all, with :func:`stop_recorded`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
+
+from ..common.process import stop_group
 
 
 def state_dir() -> Path:
@@ -42,47 +44,13 @@ def write_record(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def pid_alive(pid: int, marker: str) -> bool:
-    """Whether ``pid`` runs and its command line contains ``marker`` (guards against pid reuse)."""
-    if pid <= 0:
+def stop_recorded(path: Path, pid: int | None) -> bool:
+    """Forget the record at ``path`` and stop the process group ``pid`` leads; whether one ran.
+
+    ``pid`` is the caller's check of the record (alive, with its marker), made before it goes.
+    """
+    path.unlink(missing_ok=True)
+    if pid is None:
         return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return marker in cmdline
-
-
-def terminate_group(pgid: int, grace_sec: float = 5.0) -> None:
-    """SIGTERM then SIGKILL a detached process group we started (its pid is its group id)."""
-    for sig, wait in ((signal.SIGTERM, grace_sec), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            _reap(pgid)
-            if not _group_running(pgid):
-                return
-            time.sleep(0.05)
-
-
-def _group_running(pgid: int) -> bool:
-    """Whether any process of the group still runs (zombies waiting for init to reap them do not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _reap(pid: int) -> None:
-    """Collect our own exited child so it does not linger as a zombie."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    stop_group(pid)
+    return True

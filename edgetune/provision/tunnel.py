@@ -17,16 +17,14 @@ prompts and never adds keys). Two forwards per board:
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..common.process import log_tail, pid_alive, port_open, spawn_group, stop_group, wait_for_port
 from ..errors import ProvisionError
 from .inventory import BoardEntry
-from .state import board_dir, pid_alive, read_record, terminate_group, write_record
+from .state import board_dir, read_record, stop_recorded, write_record
 
 MARKER = "edgetune-tunnel"
 
@@ -76,14 +74,6 @@ def running_tunnel(entry: BoardEntry) -> Tunnel | None:
     return None
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def ensure_tunnel(entry: BoardEntry, tracker_port: int, log: Callable[[str], None]) -> Tunnel:
     """Reuse the board's keeper if it runs with the same forwards, else (re)start it."""
     command = tunnel_command(entry, tracker_port)
@@ -92,32 +82,24 @@ def ensure_tunnel(entry: BoardEntry, tracker_port: int, log: Callable[[str], Non
         if list(current.command) == command:
             return current
         log(f"tunnel settings changed; restarting the keeper (pid {current.pid})")
-        terminate_group(current.pid)
-    elif _listening(entry.rpc_port):
+        stop_group(current.pid)
+    elif port_open("127.0.0.1", entry.rpc_port):
         raise ProvisionError(
             f"board {entry.name}: host port 127.0.0.1:{entry.rpc_port} (rpc_port, forwarded to the board) is "
             f"already in use; find it with: ss -ltnp 'sport = :{entry.rpc_port}' - or give the board another rpc_port"
         )
     logfile = board_dir(entry.name) / "tunnel.log"
-    with open(logfile, "ab") as out:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    deadline = time.monotonic() + entry.connect_timeout_sec + 10
-    while time.monotonic() < deadline:
+    process = spawn_group(command, logfile, error=ProvisionError)
+    # settle: the remote forward is requested right after the local one, and ssh
+    # exits (ExitOnForwardFailure) if the board refuses it
+    if not wait_for_port("127.0.0.1", entry.rpc_port, entry.connect_timeout_sec + 10, process=process,
+                         settle_sec=0.5):
         if process.poll() is not None:
-            lines = [line for line in logfile.read_text(errors="replace").splitlines() if line.strip()]
             raise ProvisionError(
-                f"board {entry.name}: the SSH tunnel exited at start ({lines[-1] if lines else 'no output'}); "
+                f"board {entry.name}: the SSH tunnel exited at start ({log_tail(logfile) or 'no output'}); "
                 f"see {logfile}"
             )
-        if _listening(entry.rpc_port):
-            time.sleep(0.5)  # the remote forward is requested right after the local one
-            if process.poll() is None:
-                break
-        time.sleep(0.1)
-    else:
-        terminate_group(process.pid)
+        stop_group(process)
         raise ProvisionError(f"board {entry.name}: the SSH tunnel did not come up; see {logfile}")
     write_record(_record(entry), {"pid": process.pid, "command": command, "log": str(logfile)})
     log(f"tunnel up (ssh pid {process.pid}): board 127.0.0.1:{tracker_port} -> host tracker, "
@@ -127,8 +109,4 @@ def ensure_tunnel(entry: BoardEntry, tracker_port: int, log: Callable[[str], Non
 
 def stop_tunnel(entry: BoardEntry) -> bool:
     current = running_tunnel(entry)
-    _record(entry).unlink(missing_ok=True)
-    if current is None:
-        return False
-    terminate_group(current.pid)
-    return True
+    return stop_recorded(_record(entry), current.pid if current else None)

@@ -36,6 +36,12 @@ examples:
 Re-running the same command resumes: candidates already in the history
 database are not measured again, and --trials is the total budget for the
 model on this target. Ctrl-C once stops after the batch in flight; twice stops now.
+
+environment (TVM's own, as its RPC tools read them; a flag given wins):
+  TVM_TRACKER_HOST, TVM_TRACKER_PORT   default of --tracker (either set: host 127.0.0.1,
+                                       port 9190 if the other is not); unset both for
+                                       the loopback board
+  TVM_TRACKER_KEY                      default of --key when there is a tracker
 """
 
 
@@ -67,8 +73,11 @@ def _build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--model", "-m", required=True, help="ONNX file, or a built-in demo: demo:tiny-cnn, demo:resnet18[@RES], demo:mobilenetv2[@RES]"
     )
-    tune.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board; default: start a loopback one here")
-    tune.add_argument("--key", help="device key at the tracker (default: the profile's rpc.key)")
+    tune.add_argument(
+        "--tracker", metavar="HOST:PORT",
+        help="RPC tracker of the board (default: $TVM_TRACKER_HOST:$TVM_TRACKER_PORT when set; else start a loopback one here)",
+    )
+    tune.add_argument("--key", help="device key at the tracker (default: $TVM_TRACKER_KEY with a tracker, else the profile's rpc.key)")
     tune.add_argument("--trials", type=int, help="total measurement budget for the model (default: the profile's tuning.trials)")
     tune.add_argument("--db", metavar="URL", help="history database: a path, sqlite:///... or postgresql://... URL (default: OUT/history.db)")
     tune.add_argument("--out", metavar="DIR", help="output directory (default: ./edgetune-out/MODEL-PROFILE)")
@@ -144,6 +153,9 @@ def _run_tune(args: argparse.Namespace) -> int:
         board_profile, board_tracker, board_key = resolve_board(args.board, args.inventory)
         args.profile, args.tracker = args.profile or board_profile, args.tracker or board_tracker
         args.key = args.key or board_key
+    from .board.rpc_tracker import tracker_defaults
+
+    args.tracker, args.key = tracker_defaults(args.tracker, args.key)  # TVM_TRACKER_HOST/PORT/KEY
     if not args.profile:
         from .errors import ProfileError
 

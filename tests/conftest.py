@@ -22,6 +22,10 @@ from edgetune.board.local import LocalBoard
 from edgetune.board.rpc_tracker import TrackerAddress
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# The tests pick their boards themselves: a developer's exported TVM tracker
+# (a default of `edgetune tune --tracker/--key`) must not send them to a real board.
+for _name in ("TVM_TRACKER_HOST", "TVM_TRACKER_PORT", "TVM_TRACKER_KEY"):
+    os.environ.pop(_name, None)
 REPO = Path(__file__).resolve().parent.parent
 SESSION_KEY = "pytest-local"
 

@@ -8,11 +8,12 @@ address and the command to diagnose it.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import BoardError, NoFreeDeviceError, TrackerUnreachableError
 
@@ -39,6 +40,51 @@ class TrackerAddress:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port} (key {self.key!r})"
+
+
+#: TVM's own variables for the tracker (``python -m tvm.exec.query_rpc_tracker``,
+#: MetaSchedule's ``RPCConfig``); edgetune reads them as defaults of --tracker and --key.
+TRACKER_HOST_ENV = "TVM_TRACKER_HOST"
+TRACKER_PORT_ENV = "TVM_TRACKER_PORT"
+TRACKER_KEY_ENV = "TVM_TRACKER_KEY"
+#: What ``tvm.exec.query_rpc_tracker`` assumes for a variable that is not set.
+ENV_DEFAULT_HOST, ENV_DEFAULT_PORT = "127.0.0.1", 9190
+
+
+def tracker_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """``HOST:PORT`` from ``TVM_TRACKER_HOST``/``TVM_TRACKER_PORT``, or None when neither is set.
+
+    As in ``python -m tvm.exec.query_rpc_tracker``, an unset host is 127.0.0.1 and an
+    unset port 9190. A port that is not a number in 1..65535 is a one-line BoardError.
+    """
+    env = os.environ if environ is None else environ
+    host = env.get(TRACKER_HOST_ENV, "").strip()
+    port = env.get(TRACKER_PORT_ENV, "").strip()
+    if not host and not port:
+        return None
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise BoardError(f"{TRACKER_PORT_ENV} must be a port number (1-65535), got {port!r} instead")
+    if host.count(":") == 1:  # HOST:PORT where a host was expected (an IPv6 address has more colons)
+        raise BoardError(
+            f"{TRACKER_HOST_ENV} must be a host name or address, got {host!r} instead; put the port in {TRACKER_PORT_ENV}"
+        )
+    return f"{host or ENV_DEFAULT_HOST}:{int(port) if port else ENV_DEFAULT_PORT}"
+
+
+def tracker_defaults(
+    tracker: str | None, key: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[str | None, str | None]:
+    """``(tracker, key)`` with TVM's variables filling what the command line left open.
+
+    An explicit value always wins. ``TVM_TRACKER_KEY`` is the key only when there is a
+    tracker (given or from the environment): the embedded loopback board keeps the
+    profile's key, so a run on this machine is never recorded under a board's name.
+    """
+    env = os.environ if environ is None else environ
+    tracker = tracker or tracker_from_env(env)
+    if tracker and not key:
+        key = env.get(TRACKER_KEY_ENV, "").strip() or None
+    return tracker, key
 
 
 def _with_timeout(func: Any, timeout_sec: float, what: str) -> Any:

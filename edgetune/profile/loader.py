@@ -3,13 +3,21 @@
 Profiles are looked up by name on a search path (the user's directories from
 ``EDGETUNE_PROFILE_PATH`` first, then the bundled ``device_profiles/``), so a
 user can shadow a bundled profile without editing the package.
+
+The bundled profiles live in ``device_profiles/`` at the repository root and are
+installed as the package data of ``edgetune.device_profiles`` (see setup.py), so
+a wheel carries them; they are read through ``importlib.resources``.
 """
 
 from __future__ import annotations
 
+import atexit
 import difflib
+import importlib.resources
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import edgetune
@@ -24,8 +32,38 @@ else:  # pragma: no cover - Python 3.10
 
 #: Environment variable holding extra profile directories (``os.pathsep``-separated).
 PATH_ENV = "EDGETUNE_PROFILE_PATH"
-#: The profiles shipped with edgetune.
-BUNDLED_DIR = Path(edgetune.__file__).resolve().parent.parent / "device_profiles"
+#: The package whose data files are the profiles shipped with edgetune.
+BUNDLED_PACKAGE = "edgetune.device_profiles"
+
+
+def _bundled_dir() -> Path:
+    """The directory of the bundled profiles.
+
+    A source tree on ``sys.path`` without an install (``PYTHONPATH=checkout``) uses
+    its own ``device_profiles/``, beside the ``edgetune`` package that was imported,
+    rather than whatever ``edgetune.device_profiles`` an install elsewhere maps to.
+    Otherwise (wheel, ``pip install .`` or ``-e .``) the installed package's files.
+    """
+    checkout = Path(edgetune.__file__).resolve().parent.parent / "device_profiles"
+    if (checkout / "__init__.py").is_file():
+        return checkout
+    try:
+        files = importlib.resources.files(BUNDLED_PACKAGE)
+    except ModuleNotFoundError:  # a broken install: the search finds no bundled profiles, and says where it looked
+        return checkout
+    if isinstance(files, Path):
+        return files
+    # Not plain files (imported from a zip archive): copy the few small files out once per process.
+    target = Path(tempfile.mkdtemp(prefix="edgetune-profiles-"))
+    for item in files.iterdir():
+        if item.is_file() and item.name.endswith((".toml", ".md")):
+            (target / item.name).write_bytes(item.read_bytes())
+    atexit.register(shutil.rmtree, target, ignore_errors=True)
+    return target
+
+
+#: The profiles shipped with edgetune (the last directory of the search path).
+BUNDLED_DIR = _bundled_dir()
 
 
 def profile_search_path() -> list[Path]:

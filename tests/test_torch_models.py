@@ -168,3 +168,25 @@ def test_import_edgetune_imports_neither_tvm_nor_torch() -> None:
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_only_inference_batch_norms_after_a_convolution_are_folded(tmp_path: Path) -> None:
+    """A batch norm over a matmul's output, or one exported in training mode, stays a batch norm."""
+    require_torch()
+    import torch
+    from torch import nn
+
+    torch.manual_seed(1)
+    head = nn.Sequential(nn.Flatten(), nn.Linear(12, 6), nn.BatchNorm1d(6)).eval()
+    with torch.no_grad():
+        head[2].running_mean.uniform_(-1, 1)
+    path = tmp_path / "head.pt2"
+    torch.export.save(export(head, (2, 3, 2, 2)), path)
+    model = load_model(str(path))
+    assert "R.nn.batch_norm" in model.mod.script()
+    feeds = model.random_inputs(seed=4)
+    np.testing.assert_allclose(model.reference_outputs(feeds)[0], torch_reference(head, [feeds["input"]])[0],
+                               rtol=1e-5, atol=1e-5)
+    train = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    torch.export.save(export(train, (2, 3, 8, 8)), path)
+    assert "training=True" in load_model(str(path)).mod.script()

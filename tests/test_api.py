@@ -23,6 +23,7 @@ import edgetune
 from conftest import REPO, SESSION_KEY, run_cli
 from edgetune.errors import DeployInputError, EdgetuneError, ModelError, OptionError, ProfileError
 from edgetune.tuning import ProgressSink, TuneSummary
+from provision_fixtures import Site, loopback_sshd  # noqa: F401
 from torch_models import export_resnet18, require_torch, torch_reference
 
 TRIALS = 20  # 15 convolution tasks + matmul, mean and reshape: each task's default schedule, then a few searched
@@ -132,8 +133,6 @@ def test_deploy_compiles_the_pt2_model_with_the_history(api_run, loopback_board,
 
 @pytest.mark.integration
 def test_deploy_a_tune_summary_to_a_board(api_run, loopback_sshd, tmp_path, monkeypatch) -> None:
-    from provision_fixtures import Site
-
     summary, out, _recorder = api_run
     site = Site(tmp_path).trust(loopback_sshd).add("lo", loopback_sshd)
     for name, value in site.env.items():

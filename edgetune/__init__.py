@@ -3,6 +3,15 @@
 The package is laid out like the tuning loop it drives:
 ``profile`` -> ``board`` -> ``tasks`` -> ``search`` -> ``build`` -> ``measure``
 -> ``history`` -> ``deploy``.
+
+From Python: ``edgetune.tune(model, profile=..., trials=...)`` returns the run's
+:class:`~edgetune.tuning.TuneSummary`, and ``edgetune.deploy(summary, board=...)``
+ships it (see :mod:`edgetune.api`). Importing edgetune imports neither TVM nor torch.
 """
 
 __version__ = "0.1.0"
+
+from edgetune import deploy  # noqa: E402 - a light package that is callable as edgetune.api.deploy
+from edgetune.api import tune  # noqa: E402
+
+__all__ = ["__version__", "deploy", "tune"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
@@ -71,7 +70,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--inventory", metavar="FILE", help="board inventory for --board (default: $EDGETUNE_INVENTORY)")
     tune.add_argument(
-        "--model", "-m", required=True, help="ONNX file, or a built-in demo: demo:tiny-cnn, demo:resnet18[@RES], demo:mobilenetv2[@RES]"
+        "--model", "-m", required=True, help="ONNX file, PyTorch .pt2 file (torch.export.save; needs edgetune[torch]), "
+        "or a built-in demo: demo:tiny-cnn, demo:resnet18[@RES], demo:mobilenetv2[@RES]"
     )
     tune.add_argument(
         "--tracker", metavar="HOST:PORT",
@@ -136,69 +136,20 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _default_out(model: str, profile: str) -> Path:
-    stem = model.split(":", 1)[1] if model.startswith("demo:") else Path(model).stem
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{stem}-{profile}")
-    return Path("edgetune-out") / safe
-
-
 def _run_tune(args: argparse.Namespace) -> int:
-    from .profile import load_profile
+    from .api import PROFILE_FLAGS, tune_options
     from .progress import RichProgress
-    from .tuning import TuneOptions, run_tune
+    from .tuning import run_tune
 
-    if args.board:
-        from .provision.cli import resolve_board
-
-        board_profile, board_tracker, board_key = resolve_board(args.board, args.inventory)
-        args.profile, args.tracker = args.profile or board_profile, args.tracker or board_tracker
-        args.key = args.key or board_key
-    from .board.rpc_tracker import tracker_defaults
-
-    args.tracker, args.key = tracker_defaults(args.tracker, args.key)  # TVM_TRACKER_HOST/PORT/KEY
-    if not args.profile:
-        from .errors import ProfileError
-
-        raise ProfileError("tune needs --profile NAME or --board NAME (see `edgetune profiles list`)")
-    profile = _with_flag_overrides(load_profile(args.profile), args)
-    if args.trials is not None and args.trials < 0:
-        raise EdgetuneError(f"--trials must be >= 0, got {args.trials} instead")
-    options = TuneOptions(
-        profile=profile,
-        model=args.model,
-        out_dir=Path(args.out) if args.out else _default_out(args.model, profile.name),
-        tracker=args.tracker,
-        key=args.key,
-        db=args.db,
-        trials=args.trials,
-        evaluate=not args.no_evaluate,
-        warm_start=args.warm_start,
-        suggested=args.suggested,
-        scheduler=args.scheduler,
+    options = tune_options(
+        args.model, args.profile, board=args.board, inventory=args.inventory, tracker=args.tracker, key=args.key,
+        trials=args.trials, db=args.db, out=args.out, evaluate=not args.no_evaluate, warm_start=args.warm_start,
+        suggested=args.suggested, scheduler=args.scheduler, **{flag: getattr(args, flag) for flag in PROFILE_FLAGS},
     )
     with RichProgress(quiet=args.quiet) as display:
         summary = run_tune(options, sink=display)
     display.print_summary(summary, options.out_dir)
     return 0
-
-
-def _with_flag_overrides(profile: Any, args: argparse.Namespace) -> Any:
-    """The profile with the measurement-reduction flags applied (validated like the file)."""
-    tuning = {
-        key: value
-        for key, value in (
-            ("sampler", args.sampler),
-            ("early_stop", args.early_stop),
-            ("cost_model", args.cost_model),
-            ("exploration", args.exploration),
-            ("transfer", args.transfer),
-        )
-        if value is not None
-    }
-    measure = {"evaluator": args.evaluator} if args.evaluator else {}
-    if not tuning and not measure:
-        return profile
-    return profile.with_overrides(tuning=tuning, measure=measure)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,12 @@ class EdgetuneError(Exception):
     exit_code: int = 1
 
 
+class OptionError(EdgetuneError, ValueError):
+    """An option of a command (a flag, or an argument of the Python API) has a value edgetune cannot use."""
+
+    exit_code = 2
+
+
 class ProfileError(EdgetuneError, ValueError):
     """A device profile is missing, malformed or inconsistent."""
 

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from ..errors import DeployInputError
 from ..provision.cli import add_inventory_argument
 
 DEPLOY_EPILOG = """\
@@ -40,7 +37,7 @@ def add_deploy_parser(sub: Any) -> None:
     deploy.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="output directory of `edgetune tune` (model.so, summary.json)")
     deploy.add_argument("--board", required=True, metavar="NAME", help="a provisioned board of the inventory")
     add_inventory_argument(deploy)
-    deploy.add_argument("--model", metavar="M", help="instead of RUN_DIR: an ONNX file or demo:NAME to compile")
+    deploy.add_argument("--model", metavar="M", help="instead of RUN_DIR: an ONNX or .pt2 file, or demo:NAME, to compile")
     deploy.add_argument("--profile", metavar="P", help="with --model: must match the board's profile (default: it)")
     deploy.add_argument("--db", metavar="URL", help="with --model: history database whose best schedules are used")
     deploy.add_argument("--rollback", metavar="MODEL", help="switch MODEL's `current` back to its previous version")
@@ -56,48 +53,17 @@ def add_deploy_parser(sub: Any) -> None:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    from ..provision.inventory import load_inventory
-    from .workflow import Tolerance, deploy, source_from_model, source_from_run_dir
+    from ..api import deploy
 
-    inventory = load_inventory(args.inventory)
-    entry = inventory.get(args.board)
     if args.rollback:
-        return _rollback(entry, args)
-    if bool(args.run_dir) == bool(args.model):
-        raise DeployInputError(
-            "deploy must be given RUN_DIR or --model M, got "
-            + ("both" if args.run_dir else "neither")
-            + " instead; e.g. edgetune deploy --board NAME edgetune-out/RUN"
-        )
-    if args.repeat < 1 or args.warmup < 0:
-        raise DeployInputError(f"--repeat must be >= 1 and --warmup >= 0, got {args.repeat} and {args.warmup} instead")
-    if args.rtol < 0 or args.atol < 0:
-        raise DeployInputError(f"--rtol and --atol must be >= 0, got {args.rtol:g} and {args.atol:g} instead")
-    if args.model and args.profile:
-        from ..profile import load_profile
+        from ..provision.inventory import load_inventory
 
-        wanted, board = load_profile(args.profile).name, load_profile(entry.profile).name
-        if wanted != board:  # refuse before spending minutes compiling for the wrong device
-            raise DeployInputError(
-                f"the artifact must be built for board {entry.name}'s profile {board}, got one built for {wanted} "
-                f"instead; drop --profile or pass --profile {board}"
-            )
-    if not args.model and (args.profile or args.db):
-        raise DeployInputError("--profile and --db must come with --model, got them with RUN_DIR instead; "
-                          "a tune run already fixes both")
-    with tempfile.TemporaryDirectory(prefix="edgetune-deploy-") as tmp:
-        if args.run_dir:
-            run_dir = Path(args.run_dir)
-            source = source_from_run_dir(run_dir)
-            local_dir = Path(args.out) if args.out else run_dir / "deployments"
-        else:
-            source = source_from_model(args.model, args.profile or entry.profile, args.db, Path(tmp))
-            local_dir = Path(args.out) if args.out else Path("edgetune-out") / "deployments"
-        result = deploy(
-            entry, inventory, source, local_dir, verify=not args.no_verify,
-            tolerance=Tolerance(args.rtol, args.atol), warmup=args.warmup, repeat=args.repeat,
-            accept_new_host_key=args.accept_new_host_key, log=lambda m: print(m, flush=True),
-        )
+        return _rollback(load_inventory(args.inventory).get(args.board), args)
+    result = deploy(
+        args.run_dir, board=args.board, inventory=args.inventory, model=args.model, profile=args.profile, db=args.db,
+        verify=not args.no_verify, rtol=args.rtol, atol=args.atol, warmup=args.warmup, repeat=args.repeat, out=args.out,
+        accept_new_host_key=args.accept_new_host_key, log=lambda m: print(m, flush=True),
+    )
     d = result.deployment
     print(f"deployed {d.model} {d.version} to {d.board}:{d.directory} "
           f"({'verified' if result.verified else 'NOT verified: --no-verify'}); manifest: {result.local_manifest}")

@@ -1,15 +1,25 @@
-"""Load a model spec (``demo:NAME[@RES]`` or an ``.onnx`` path) into a Relax module.
+"""Load a model spec (``demo:NAME[@RES]``, an ``.onnx`` or a ``.pt2`` path) into a Relax module.
 
 Everything downstream (task extraction, tuning, building, checking results)
-starts from a :class:`LoadedModel`: the Relax module as ``from_onnx`` returns it
-with weights as constants, its static input signature, and the ONNX bytes and
-their hash, which identify the model in the tuning history.
+starts from a :class:`LoadedModel`: the Relax module as TVM's frontend returns
+it (``from_onnx``, or ``from_exported_program`` for a PyTorch ``torch.export``
+program saved with ``torch.export.save``) with weights as constants, its static
+input signature, and the model file's bytes and their hash, which identify the
+model in the tuning history and let ``edgetune deploy`` check it is the same.
+
+torch is optional (``pip install 'edgetune[torch]'``): it is imported only when
+a ``.pt2`` file is loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import logging
 import os
+import re
+import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +37,10 @@ from edgetune.errors import ModelError
 from edgetune.tasks.demo import build_demo
 
 DEMO_PREFIX = "demo:"
+#: suffix of a PyTorch ``torch.export.save`` archive
+PT2_SUFFIX = ".pt2"
+#: how to get torch when a ``.pt2`` model is given without it
+TORCH_EXTRA = "pip install 'edgetune[torch]'"
 
 
 @dataclass(frozen=True)
@@ -42,9 +56,10 @@ class InputSpec:
 class LoadedModel:
     """A model ready for task extraction, plus what is needed to check results.
 
-    ``inputs`` keep the ONNX input names, in the order of ``mod["main"]``'s
+    ``inputs`` keep the model's input names, in the order of ``mod["main"]``'s
     parameters (Relax may rename them, e.g. ``input.1`` -> ``input_1``), so
-    feed the VM positionally.
+    feed the VM positionally. ``data`` is the model file as hashed: ONNX bytes
+    (self-contained, external weights pulled in) or the ``.pt2`` archive.
     """
 
     name: str
@@ -52,10 +67,18 @@ class LoadedModel:
     sha256: str
     inputs: list[InputSpec]
     mod: tvm.IRModule
-    onnx_bytes: bytes
+    data: bytes
+    format: str = "onnx"  # "onnx" or "pt2"
     _reference_vm: relax.VirtualMachine | None = field(
         default=None, init=False, repr=False, compare=False
     )
+
+    @property
+    def onnx_bytes(self) -> bytes:
+        """The ONNX model (serialized ``ModelProto``); only for ONNX and demo models."""
+        if self.format != "onnx":
+            raise ModelError(f"{self.name}: a {self.format} model has no ONNX bytes")
+        return self.data
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic inputs: standard normal floats, small non-negative ints.
@@ -102,7 +125,7 @@ def _flatten_outputs(value: Any) -> list[np.ndarray]:
 
 
 def load_model(spec: str) -> LoadedModel:
-    """Load ``demo:NAME[@RES]`` or an ONNX file; every failure is a one-line ModelError."""
+    """Load ``demo:NAME[@RES]``, an ONNX file or a ``.pt2`` file; every failure is a one-line ModelError."""
     if spec.startswith(DEMO_PREFIX):
         name, res = _parse_demo_spec(spec)
         model = build_demo(name, res)
@@ -111,6 +134,8 @@ def load_model(spec: str) -> LoadedModel:
     else:
         path = Path(spec).expanduser()
         name = path.stem
+        if path.suffix.lower() == PT2_SUFFIX:
+            return _load_exported_program(path, spec)
         model, data = _read_onnx(path, spec)
         label = f"'{spec}'"
     inputs = _input_specs(model, label)
@@ -126,7 +151,7 @@ def load_model(spec: str) -> LoadedModel:
         sha256=hashlib.sha256(data).hexdigest(),
         inputs=inputs,
         mod=mod,
-        onnx_bytes=data,
+        data=data,
     )
 
 
@@ -142,18 +167,23 @@ def _parse_demo_spec(spec: str) -> tuple[str, int | None]:
     return name, int(res)
 
 
-def _read_onnx(path: Path, spec: str) -> tuple[onnx.ModelProto, bytes]:
-    """Parse the file; weights stored beside it are pulled in so the bytes are self-contained."""
+def _read_bytes(path: Path, spec: str) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise ModelError(f"model file '{spec}' not found") from None
     except OSError as exc:
         raise ModelError(f"cannot read model file '{spec}': {exc.strerror}") from exc
+
+
+def _read_onnx(path: Path, spec: str) -> tuple[onnx.ModelProto, bytes]:
+    """Parse the file; weights stored beside it are pulled in so the bytes are self-contained."""
+    data = _read_bytes(path, spec)
     try:
         model = onnx.load_model_from_string(data)
     except (DecodeError, ValueError) as exc:
-        raise ModelError(f"'{spec}' is not a valid ONNX model: {_first_line(exc)}") from exc
+        hint = f" (it is a zip archive: a torch.export program must be named *{PT2_SUFFIX})" if data[:4] == b"PK\x03\x04" else ""
+        raise ModelError(f"'{spec}' is not a valid ONNX model: {_first_line(exc)}{hint}") from exc
     if not model.graph.node or not model.graph.output:
         raise ModelError(f"'{spec}' is not a valid ONNX model: its graph has no nodes or outputs")
     if any(uses_external_data(t) for t in model.graph.initializer):
@@ -199,6 +229,177 @@ def _input_specs(model: onnx.ModelProto, label: str) -> list[InputSpec]:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
         specs.append(InputSpec(value.name, tuple(int(d) for d in dims), str(dtype)))
     return specs
+
+
+def _load_exported_program(path: Path, spec: str) -> LoadedModel:
+    """A ``torch.export.save`` archive through TVM's ``from_exported_program``; torch is imported here only."""
+    label = f"'{spec}'"
+    data = _read_bytes(path, spec)
+    try:
+        import torch
+    except ImportError:
+        raise ModelError(
+            f"{label} is a PyTorch ExportedProgram: loading it needs torch, which is not installed; "
+            f"install it with: {TORCH_EXTRA}"
+        ) from None
+    what = "a torch.export ExportedProgram (a .pt2 file written by torch.export.save)"
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = [name.rsplit("/", 1)[-1] for name in archive.namelist()]
+    except zipfile.BadZipFile:
+        raise ModelError(f"{label} is not {what}: it is not a zip archive") from None
+    if "archive_format" not in names and "serialized_exported_program.json" not in names:  # the latter: torch < 2.7
+        raise ModelError(
+            f"{label} is not {what}: the zip archive has no archive_format record "
+            "(torch.save writes such files; save the program with torch.export.save)"
+        )
+    # torch logs a failed read as a warning with a traceback, then raises a generic error: keep the cause, drop the log
+    logged = _KeepErrors()
+    torch_log = logging.getLogger("torch.export")
+    torch_log.addFilter(logged)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations while unpickling specs
+            program = torch.export.load(io.BytesIO(data))
+    except Exception as exc:  # noqa: BLE001 - torch raises anything on a foreign archive
+        if logged.errors:
+            detail = _first_line(logged.errors[0])
+        elif "check the warnings above" in str(exc):
+            detail = "the archive holds no exported program"
+        else:
+            detail = _first_line(exc)
+        raise ModelError(f"{label} is not {what}: {detail}") from exc
+    finally:
+        torch_log.removeFilter(logged)
+    if not isinstance(program, torch.export.ExportedProgram):
+        raise ModelError(f"{label} is not {what}: torch.export.load gave a {type(program).__name__}")
+    inputs = _program_input_specs(program, label)
+    mod = _import_exported_program(program, label)
+    return LoadedModel(
+        name=path.stem,
+        source=spec,
+        sha256=hashlib.sha256(data).hexdigest(),
+        inputs=inputs,
+        mod=mod,
+        data=data,
+        format="pt2",
+    )
+
+
+class _KeepErrors(logging.Filter):
+    """A log filter that swallows records and keeps the exceptions they carry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[BaseException] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.errors.append(record.exc_info[1])
+        return False
+
+
+def _program_input_specs(program: Any, label: str) -> list[InputSpec]:
+    """The program's user inputs (not its weights), with static shapes enforced."""
+    import torch
+    from torch.export.graph_signature import InputKind, TensorArgument
+
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    specs = []
+    for spec in program.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        name = getattr(spec.arg, "name", str(spec.arg))
+        node = placeholders.get(name)
+        value = node.meta.get("val") if node is not None else None
+        if not isinstance(spec.arg, TensorArgument) or not isinstance(value, torch.Tensor):
+            raise ModelError(
+                f"model input '{name}' of {label} is not a tensor; edgetune tunes models whose inputs are all "
+                "tensors: fix the other arguments inside the module before torch.export.export"
+            )
+        dims: list[int | str] = [d if isinstance(d, int) else str(d) for d in value.shape]
+        dynamic = [d for d in dims if isinstance(d, str)]
+        if dynamic:
+            raise ModelError(
+                f"model input '{name}' of {label} has a dynamic dimension '{dynamic[0]}' "
+                f"(shape [{', '.join(map(str, dims))}]); edgetune needs static shapes: re-export the "
+                "model with fixed input sizes (torch.export.export without dynamic_shapes)"
+            )
+        dtype = str(value.dtype).removeprefix("torch.")
+        try:
+            dtype = str(np.dtype(dtype))
+        except TypeError:
+            raise ModelError(
+                f"model input '{name}' of {label} has dtype {dtype}, which edgetune cannot feed (no numpy dtype)"
+            ) from None
+        specs.append(InputSpec(name, tuple(int(d) for d in dims), dtype))
+    return specs
+
+
+def _import_exported_program(program: Any, label: str) -> tvm.IRModule:
+    """``from_exported_program`` with weights as constants; a single output is returned bare, as from ONNX.
+
+    An exported program keeps each batch norm as its own operator, where an
+    ONNX export of the same eval-mode model has folded it into the preceding
+    convolution: it is folded here too, or every convolution would be tuned
+    apart from its epilogue and every batch norm tuned as a task of its own.
+    """
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            mod = from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+        return _fold_batch_norms(mod)
+    except Exception as exc:  # noqa: BLE001 - the frontend raises anything; report it in one line
+        missing = re.match(r"Unsupported function types \[(.*)\]", str(exc))
+        if isinstance(exc, AssertionError) and missing:
+            raise ModelError(
+                f"{label}: TVM {tvm.__version__}'s PyTorch frontend has no converter for "
+                f"{missing.group(1).replace(chr(39), '')}: replace the operator in the model and export it again"
+            ) from exc
+        raise ModelError(
+            f"{label}: TVM {tvm.__version__} cannot import the model: {_first_line(exc)}"
+        ) from exc
+
+
+def _fold_batch_norms(mod: tvm.IRModule) -> tvm.IRModule:
+    """Inference batch norms after a convolution folded into its weights and a bias, computed in numpy.
+
+    What ``relax.transform.FoldBatchnormToConv2D`` does, without its need of
+    ``FoldConstant`` afterwards (seconds per model: it compiles every folded
+    expression) and only where the fold is exact: an inference-mode batch norm
+    over the channels of an NCHW/OIHW convolution.
+    """
+    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+
+    data, weight = wildcard(), is_const()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    gamma, beta, mean, var = is_const(), is_const(), is_const(), is_const()
+    norm = is_op("relax.nn.batch_norm")(conv, gamma, beta, mean, var)
+    pattern = TupleGetItemPattern(norm, 0)
+
+    def fold(expr: relax.Expr, matches: Any) -> relax.Expr:
+        conv_call, norm_call = matches[conv], matches[norm]
+        conv_attrs, norm_attrs = conv_call.attrs, norm_call.attrs
+        layouts = (conv_attrs.data_layout, conv_attrs.kernel_layout, conv_attrs.out_layout)
+        if bool(norm_attrs.training) or int(norm_attrs.axis) != 1 or layouts != ("NCHW", "OIHW", "NCHW"):
+            return expr
+        w = matches[weight].value.numpy()
+        g, b, m, v = (matches[p].value.numpy().astype(np.float64) for p in (gamma, beta, mean, var))
+        if not norm_attrs.scale:
+            g = np.ones_like(g)
+        if not norm_attrs.center:
+            b = np.zeros_like(b)
+        scale = g / np.sqrt(v + float(norm_attrs.epsilon))
+        folded = relax.Call(conv_call.op, [matches[data], relax.const((w * scale[:, None, None, None]).astype(w.dtype))], conv_attrs)
+        return relax.op.add(folded, relax.const((b - m * scale).astype(w.dtype).reshape(1, -1, 1, 1)))
+
+    out = mod.clone()
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            out.update_func(gvar, rewrite_call(pattern, fold, func))
+    return out
 
 
 def _first_line(exc: BaseException) -> str:

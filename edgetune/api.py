@@ -1,0 +1,362 @@
+"""The Python API: ``edgetune.tune(...)`` and ``edgetune.deploy(...)``.
+
+They run what ``edgetune tune`` and ``edgetune deploy`` run: :func:`tune_options`
+turns the arguments into :class:`~edgetune.tuning.TuneOptions` for both the CLI
+and :func:`tune` (a board's defaults, the profile with its overrides, the
+output directory), and :func:`tune` hands them to
+:func:`~edgetune.tuning.run_tune`. Failures raise the
+:class:`~edgetune.errors.EdgetuneError` subclasses the CLI turns into exit codes.
+
+A model is an ONNX file, a ``.pt2`` file written by ``torch.export.save``, a
+``demo:NAME[@RES]`` spec, an ``onnx.ModelProto`` or a
+``torch.export.ExportedProgram``. An object is saved into the output directory
+first (``NAME.onnx`` or ``NAME.pt2``) and tuned from there, so the run summary
+names a file that ``deploy`` can load again to check its outputs.
+
+Nothing heavy (TVM, torch, onnx) is imported until a function is called.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from .common.choices import COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, SAMPLERS, TASK_SCHEDULERS, TRANSFERS, WARM_START_MODES
+from .errors import DeployInputError, ModelError, OptionError, ProfileError
+
+if TYPE_CHECKING:
+    from .deploy.workflow import DeployResult
+    from .tuning import ProgressSink, TuneOptions, TuneSummary
+
+#: per-run overrides of profile keys, as the CLI's flags: argument -> (profile section, key, allowed values)
+PROFILE_FLAGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "sampler": ("tuning", "sampler", SAMPLERS),
+    "early_stop": ("tuning", "early_stop", EARLY_STOPS),
+    "cost_model": ("tuning", "cost_model", COST_MODELS),
+    "exploration": ("tuning", "exploration", EXPLORATIONS),
+    "transfer": ("tuning", "transfer", TRANSFERS),
+    "evaluator": ("measure", "evaluator", EVALUATORS),
+}
+
+#: the name an in-memory model is saved under when none is given
+DEFAULT_MODEL_NAME = "model"
+
+
+def default_out(model: str, profile: str) -> Path:
+    """``./edgetune-out/MODEL-PROFILE``: where a run goes without ``--out``."""
+    stem = model.split(":", 1)[1] if model.startswith("demo:") else Path(model).stem
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{stem}-{profile}")
+    return Path("edgetune-out") / safe
+
+
+def tune_options(
+    model: str,
+    profile: Any = None,
+    *,
+    board: str | None = None,
+    inventory: str | None = None,
+    tracker: str | None = None,
+    key: str | None = None,
+    trials: int | None = None,
+    db: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+    evaluate: bool = True,
+    warm_start: str = "same",
+    suggested: bool = False,
+    scheduler: str | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    **flags: str | None,
+) -> "TuneOptions":
+    """The options of one tuning run, as ``edgetune tune`` builds them from its flags.
+
+    ``board`` names a board of the inventory: its profile, tracker and key are
+    the defaults of ``profile``, ``tracker`` and ``key``. ``profile`` is a name,
+    a TOML file or a :class:`~edgetune.profile.DeviceProfile`. ``flags`` are
+    the measurement-reduction overrides (``sampler``, ``early_stop``,
+    ``cost_model``, ``exploration``, ``transfer``, ``evaluator``; None keeps
+    the profile's) and ``overrides`` any other profile keys by section
+    (``{"tuning": {"num_trials_per_iter": 8}}``), validated like the file.
+    """
+    from .profile import DeviceProfile, load_profile
+    from .tuning import TuneOptions
+
+    unknown = sorted(set(flags) - set(PROFILE_FLAGS))
+    if unknown:
+        raise OptionError(f"tuning overrides must be among {', '.join(PROFILE_FLAGS)}, got {', '.join(unknown)} instead")
+    _check_choice("warm_start", warm_start, WARM_START_MODES)
+    if scheduler is not None:
+        _check_choice("scheduler", scheduler, TASK_SCHEDULERS)
+    for name, value in flags.items():
+        if value is not None:
+            _check_choice(name, value, PROFILE_FLAGS[name][2])
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 0):
+        raise OptionError(f"--trials must be >= 0, got {trials} instead")
+    if board:
+        from .provision.cli import resolve_board
+
+        board_profile, board_tracker, board_key = resolve_board(board, inventory)
+        profile, tracker, key = profile or board_profile, tracker or board_tracker, key or board_key
+    from .board.rpc_tracker import tracker_defaults
+
+    tracker, key = tracker_defaults(tracker, key)  # TVM_TRACKER_HOST/PORT/KEY, as TVM's RPC tools read them
+    if not profile:
+        raise ProfileError("tune needs --profile NAME or --board NAME (see `edgetune profiles list`)")
+    loaded = profile if isinstance(profile, DeviceProfile) else load_profile(os.fspath(profile))
+    sections: dict[str, dict[str, Any]] = {section: dict(values) for section, values in (overrides or {}).items()}
+    for name, value in flags.items():
+        if value is not None:
+            section, field, _choices = PROFILE_FLAGS[name]
+            sections.setdefault(section, {})[field] = value
+    if sections:
+        loaded = loaded.with_overrides(**sections)
+    return TuneOptions(
+        profile=loaded,
+        model=model,
+        out_dir=Path(out) if out else default_out(model, loaded.name),
+        tracker=tracker,
+        key=key,
+        db=None if db is None else os.fspath(db),
+        trials=trials,
+        evaluate=evaluate,
+        warm_start=warm_start,
+        suggested=suggested,
+        scheduler=scheduler,
+    )
+
+
+def tune(
+    model: Any,
+    profile: Any = None,
+    *,
+    trials: int | None = None,
+    board: Any = None,
+    inventory: str | None = None,
+    tracker: str | None = None,
+    key: str | None = None,
+    db: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    evaluate: bool = True,
+    warm_start: str = "same",
+    suggested: bool = False,
+    scheduler: str | None = None,
+    sampler: str | None = None,
+    early_stop: str | None = None,
+    cost_model: str | None = None,
+    exploration: str | None = None,
+    transfer: str | None = None,
+    evaluator: str | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    progress: "bool | ProgressSink" = False,
+) -> "TuneSummary":
+    """Tune ``model`` for a device profile, measuring on the device; return the run summary.
+
+    The same run as ``edgetune tune``, argument for flag: ``board`` is a board
+    of the inventory (``edgetune provision``) or a
+    :class:`~edgetune.board.base.Board`; ``tracker`` (``"host:port"``) and
+    ``key`` reach a board through an RPC tracker; with neither, a loopback
+    tracker and RPC server on this machine stand in for the board.
+    ``profile`` defaults to the board's profile, else ``"host"``. ``trials``
+    is the model's total budget on this target (the profile's by default);
+    re-running resumes from the history database ``db`` (``OUT/history.db``).
+    ``name`` names an ``onnx.ModelProto`` or ``ExportedProgram`` passed in
+    (its file in ``out`` and the default ``out``). ``progress`` is False
+    (quiet), True (the CLI's progress display on stderr) or a
+    :class:`~edgetune.tuning.ProgressSink`.
+
+    The summary is also written to ``OUT/summary.json``; with ``evaluate``
+    (the default) ``summary.artifact`` is the compiled ``model.so`` and
+    ``summary.end_to_end`` its latency against the untuned build.
+    """
+    from .board.base import Board
+    from .tuning import run_tune
+
+    spec, obj, suffix = _model_arg(model)
+    label = spec if spec is not None else f"{name or DEFAULT_MODEL_NAME}{suffix}"
+    board_name = board if isinstance(board, str) else None
+    if board is not None and board_name is None and not isinstance(board, Board):
+        raise OptionError(f"board must be an inventory board name or a Board, got {type(board).__name__} instead")
+    if profile is None and board_name is None:
+        profile = "host"
+    options = tune_options(
+        label, profile, board=board_name, inventory=inventory, tracker=tracker, key=key, trials=trials, db=db, out=out,
+        evaluate=evaluate, warm_start=warm_start, suggested=suggested, scheduler=scheduler, overrides=overrides,
+        sampler=sampler, early_stop=early_stop, cost_model=cost_model, exploration=exploration, transfer=transfer,
+        evaluator=evaluator,
+    )
+    if board is not None and board_name is None:
+        options.board = board
+    sink = _progress_sink(progress)
+    if obj is not None:
+        options.model = str(_save_model(obj, Path(options.out_dir) / label))
+    with sink as shown:
+        return run_tune(options, sink=shown)
+
+
+def deploy(
+    run: Any = None,
+    *,
+    board: str,
+    model: Any = None,
+    profile: str | None = None,
+    db: str | os.PathLike[str] | None = None,
+    inventory: str | None = None,
+    name: str | None = None,
+    verify: bool = True,
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+    warmup: int = 3,
+    repeat: int = 20,
+    out: str | os.PathLike[str] | None = None,
+    accept_new_host_key: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> "DeployResult":
+    """Ship a tuned model to a provisioned board, verify it there and make it current; as ``edgetune deploy``.
+
+    ``run`` is what :func:`tune` returned (its :class:`~edgetune.tuning.TuneSummary`)
+    or a run directory; or, instead of ``run``, ``model`` (anything :func:`tune`
+    accepts) is compiled for the board's profile with the best schedules of the
+    history ``db``. ``board`` names a board of the inventory. With ``verify``
+    (the default) the board's outputs are checked against a host reference
+    within ``rtol``/``atol`` and the model benchmarked there. ``log`` receives
+    the progress lines the CLI prints. The local copy of the manifest goes to
+    ``out`` (default: ``RUN_DIR/deployments``, or ``edgetune-out/deployments``).
+    """
+    from .deploy.workflow import Tolerance, deploy as deploy_to_board, source_from_model, source_from_run_dir
+    from .provision.inventory import load_inventory
+
+    inventory_data = load_inventory(inventory)
+    entry = inventory_data.get(board)
+    run_dir = _run_dir(run)
+    model = None if isinstance(model, str) and not model else model
+    if (run_dir is None) == (model is None):
+        raise DeployInputError(
+            "deploy must be given RUN_DIR or --model M, got "
+            + ("both" if run_dir is not None else "neither")
+            + " instead; e.g. edgetune deploy --board NAME edgetune-out/RUN"
+        )
+    if repeat < 1 or warmup < 0:
+        raise DeployInputError(f"--repeat must be >= 1 and --warmup >= 0, got {repeat} and {warmup} instead")
+    if rtol < 0 or atol < 0:
+        raise DeployInputError(f"--rtol and --atol must be >= 0, got {rtol:g} and {atol:g} instead")
+    if model is not None and profile:
+        from .profile import load_profile
+
+        wanted, board_profile = load_profile(profile).name, load_profile(entry.profile).name
+        if wanted != board_profile:  # refuse before spending minutes compiling for the wrong device
+            raise DeployInputError(
+                f"the artifact must be built for board {entry.name}'s profile {board_profile}, got one built for {wanted} "
+                f"instead; drop --profile or pass --profile {board_profile}"
+            )
+    if model is None and (profile or db):
+        raise DeployInputError("--profile and --db must come with --model, got them with RUN_DIR instead; "
+                               "a tune run already fixes both")
+    with tempfile.TemporaryDirectory(prefix="edgetune-deploy-") as tmp:
+        if run_dir is not None:
+            source = source_from_run_dir(run_dir)
+            local_dir = Path(out) if out else run_dir / "deployments"
+        else:
+            local_dir = Path(out) if out else Path("edgetune-out") / "deployments"
+            spec, obj, suffix = _model_arg(model)
+            if obj is not None:  # kept beside the manifest, which names it as the model's source
+                spec = str(_save_model(obj, local_dir / "models" / f"{name or DEFAULT_MODEL_NAME}{suffix}"))
+            source = source_from_model(spec, profile or entry.profile, None if db is None else os.fspath(db), Path(tmp))
+        return deploy_to_board(
+            entry, inventory_data, source, local_dir, verify=verify, tolerance=Tolerance(rtol, atol), warmup=warmup,
+            repeat=repeat, accept_new_host_key=accept_new_host_key, log=log or (lambda _message: None),
+        )
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise OptionError(f"{name} must be one of {', '.join(choices)}, got {value!r} instead")
+
+
+def _model_arg(model: Any) -> tuple[str | None, Any, str]:
+    """``(spec, None, "")`` for a path or demo spec, ``(None, object, suffix)`` for a model object to save first."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model), None, ""
+    onnx = sys.modules.get("onnx")  # an object of these types means its package is imported already
+    if onnx is not None and isinstance(model, onnx.ModelProto):
+        return None, model, ".onnx"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(model, torch.export.ExportedProgram):
+        return None, model, ".pt2"
+    if torch is not None and isinstance(model, torch.nn.Module):
+        raise ModelError(
+            f"model must be exported before tuning, got a torch.nn.Module ({type(model).__name__}) instead; "
+            "pass torch.export.export(module, (example_input,))"
+        )
+    raise ModelError(
+        "model must be an ONNX or .pt2 file path, a demo:NAME spec, an onnx.ModelProto or a "
+        f"torch.export.ExportedProgram, got {type(model).__name__} instead"
+    )
+
+
+def _save_model(model: Any, path: Path) -> Path:
+    """Write an in-memory model where the run keeps it (the summary names it as the model's source)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.suffix == ".pt2":
+            import torch
+
+            torch.export.save(model, path)
+        else:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(model.SerializeToString())
+            os.replace(tmp, path)
+    except Exception as exc:  # noqa: BLE001 - serializers raise anything; one line names it
+        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise ModelError(f"cannot save the model to {path}: {type(exc).__name__}: {detail}") from exc
+    return path
+
+
+def _run_dir(run: Any) -> Path | None:
+    """The run directory of a tune summary or path (None for None)."""
+    if run is None or (isinstance(run, str) and not run):
+        return None
+    if isinstance(run, (str, os.PathLike)):
+        return Path(run)
+    from .tuning import TuneSummary
+
+    if isinstance(run, TuneSummary):
+        if run.artifact is None:
+            raise DeployInputError(
+                "the tune run must have compiled the model to be deployed, got one run with evaluate=False instead; "
+                "tune again with evaluate=True, or deploy model=... with db=... its history"
+            )
+        return run.artifact.parent
+    raise DeployInputError(f"run must be a TuneSummary or a run directory, got {type(run).__name__} instead")
+
+
+class _Quiet:
+    """No progress shown: the sink every hook of which does nothing."""
+
+    def __enter__(self) -> Any:
+        from .tuning import ProgressSink
+
+        return ProgressSink()
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _progress_sink(progress: Any) -> Any:
+    """A context manager giving the run's ProgressSink: none shown, the CLI's display, or the caller's sink."""
+    from contextlib import nullcontext
+
+    if progress is False or progress is None:
+        return _Quiet()
+    if progress is True:
+        from .progress import RichProgress
+
+        return RichProgress()
+    if callable(getattr(progress, "on_phase", None)) and callable(getattr(progress, "on_batch", None)):
+        return progress if hasattr(progress, "__enter__") else nullcontext(progress)
+    raise OptionError(f"progress must be True, False or a ProgressSink, got {type(progress).__name__} instead")
+
+
+__all__ = ["default_out", "deploy", "tune", "tune_options"]

@@ -152,9 +152,22 @@ def _run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _skip_torch_unless_needed(args: argparse.Namespace) -> None:
+    """Keep torch out of a command that does not read a .pt2 model.
+
+    tvm_ffi imports torch whenever it is installed (edgetune[torch]), which adds
+    seconds and hundreds of MB to every ``import tvm``; only a PyTorch model
+    needs it. Not done when torch is already imported (a notebook, the API).
+    """
+    model = str(getattr(args, "model", "") or "")
+    if "torch" not in sys.modules and not model.endswith(".pt2"):
+        sys.modules["torch"] = None  # type: ignore[assignment] - `import torch` raises ImportError
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
+    _skip_torch_unless_needed(args)
     _exit_cleanly_on_sigterm()
     try:
         return int(args.func(args) or 0)

@@ -159,6 +159,8 @@ def _skip_torch_unless_needed(args: argparse.Namespace) -> None:
     seconds and hundreds of MB to every ``import tvm``; only a PyTorch model
     needs it. Not done when torch is already imported (a notebook, the API).
     """
+    if getattr(args, "command", None) == "deploy":  # RUN_DIR may hold a .pt2 model to re-check
+        return
     model = str(getattr(args, "model", "") or "")
     if "torch" not in sys.modules and not model.endswith(".pt2"):
         sys.modules["torch"] = None  # type: ignore[assignment] - `import torch` raises ImportError

@@ -315,6 +315,7 @@ class TuningPipeline:
                 config=self.profile.measure,
                 session_timeout_sec=self.profile.rpc.session_timeout_sec,
                 lookup_cached=cache.lookup_key,
+                max_boards=self.profile.measure.max_boards,
             )
         return runner
 

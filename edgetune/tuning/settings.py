@@ -86,10 +86,16 @@ def with_applied(suggested: dict[str, Any] | None, report: SearchReport, context
 def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
     """How candidates were timed, and the runs the adaptive evaluator saved against its cap."""
     m, stats = profile.measure, getattr(runner, "stats", None)
+    boards = {
+        "by_board": dict(getattr(stats, "by_board", {})),  # candidates measured per board (host:port)
+        "sessions_lost": getattr(stats, "sessions_lost", 0),
+        "unmeasured": getattr(stats, "unmeasured", 0),  # no board answered: not stored, measured on resume
+    }
     if m.evaluator != "adaptive" or stats is None:
-        return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms}
+        return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms, **boards}
     timed = stats.stopped_by_cv + stats.stopped_by_cap
     return {
+        **boards,
         "evaluator": "adaptive",
         "micro_batch": m.micro_batch,
         "max_runs": m.max_runs,

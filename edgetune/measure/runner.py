@@ -54,6 +54,7 @@ class MeasureStats:
     by_board: dict[str, int] = field(default_factory=dict)  # candidates measured per board (host:port)
     sessions_lost: int = 0  # sessions that died under a candidate (board gone, server crashed)
     unmeasured: int = 0  # candidates given back because no board answered (not stored as failures)
+    batch_wall_seconds: float = 0.0  # wall clock from a batch's start to its last result
 
 
 #: a candidate that ended the session this many times is a program fault, stored as failed
@@ -203,6 +204,7 @@ class TrackerRunner(PyRunner):
         nothing (no board answered within ``board_wait_sec``) gives the rest
         back unmeasured.
         """
+        started = time.perf_counter()
         try:
             work = _BatchWork()
             for index, (artifact, args_info) in enumerate(jobs):
@@ -222,6 +224,8 @@ class TrackerRunner(PyRunner):
                     worker.join()
                 if work.pending and work.settled == settled:
                     self._give_up(work.drain(), work.last_error)
+            with self._stats_lock:
+                self.stats.batch_wall_seconds += time.perf_counter() - started
         except BaseException as error:  # never leave MetaSchedule waiting forever
             for promise in promises:
                 if not promise.done():

@@ -90,6 +90,7 @@ def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
         "by_board": dict(getattr(stats, "by_board", {})),  # candidates measured per board (host:port)
         "sessions_lost": getattr(stats, "sessions_lost", 0),
         "unmeasured": getattr(stats, "unmeasured", 0),  # no board answered: not stored, measured on resume
+        "batch_wall_seconds": round(getattr(stats, "batch_wall_seconds", 0.0), 3),  # runner busy, all boards
     }
     if m.evaluator != "adaptive" or stats is None:
         return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms, **boards}

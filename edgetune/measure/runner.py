@@ -51,6 +51,7 @@ class MeasureStats:
     runs: int = 0  # single runs timed by the adaptive evaluator
     stopped_by_cv: int = 0  # candidates whose throughput CV fell below the threshold
     stopped_by_cap: int = 0  # candidates that used max_runs
+    stopped_by_budget: int = 0  # candidates that spent the device-time budget (measure.budget_ms)
     by_board: dict[str, int] = field(default_factory=dict)  # candidates measured per board (host:port)
     sessions_lost: int = 0  # sessions that died under a candidate (board gone, server crashed)
     unmeasured: int = 0  # candidates given back because no board answered (not stored as failures)
@@ -175,6 +176,7 @@ class TrackerRunner(PyRunner):
                 cv_threshold=self.config.cv_threshold,
                 min_runs=self.config.min_runs,
                 micro_batch_ms=self.config.micro_batch_ms,
+                budget_ms=self.config.budget_ms,
             )
             if self.config.evaluator == "adaptive"
             else None
@@ -367,6 +369,8 @@ class TrackerRunner(PyRunner):
                 self.stats.runs += adaptive.runs
                 if adaptive.stopped_by == "cv":
                     self.stats.stopped_by_cv += 1
+                elif adaptive.stopped_by == "budget":
+                    self.stats.stopped_by_budget += 1
                 else:
                     self.stats.stopped_by_cap += 1
         return costs

@@ -92,6 +92,8 @@ class MeasureSettings:
     cv_threshold: float = 0.03
     min_runs: int = 0
     micro_batch_ms: float = 25.0
+    # device time one candidate may take (at least stock's: (probe runs + 1) x run time); 0: no budget
+    budget_ms: float = 100.0
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "cv_threshold": _number(above=0, default=0.03),
         "min_runs": _integer(0, default=0),
         "micro_batch_ms": _number(at_least=0, default=25.0),
+        "budget_ms": _number(at_least=0, default=100.0),
     },
     "tuning": {
         "trials": _integer(1, default=256),

@@ -94,7 +94,7 @@ def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
     }
     if m.evaluator != "adaptive" or stats is None:
         return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms, **boards}
-    timed = stats.stopped_by_cv + stats.stopped_by_cap
+    timed = stats.stopped_by_cv + stats.stopped_by_cap + getattr(stats, "stopped_by_budget", 0)
     return {
         **boards,
         "evaluator": "adaptive",
@@ -106,6 +106,8 @@ def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
         "mean_runs_per_candidate": stats.runs / timed if timed else None,
         "stopped_by_cv": stats.stopped_by_cv,
         "stopped_by_cap": stats.stopped_by_cap,
+        "stopped_by_budget": getattr(stats, "stopped_by_budget", 0),
+        "budget_ms": m.budget_ms,
         "runs_saved_vs_cap": 1 - stats.runs / (timed * m.max_runs) if timed else None,
         "log": MEASUREMENT_LOG,
     }

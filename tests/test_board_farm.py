@@ -136,3 +136,55 @@ def test_no_board_at_all_leaves_candidates_unmeasured_not_failed(tmp_path, built
             runner.close()
     assert all(is_board_unavailable(r.error_msg) for r in results), [r.error_msg for r in results]
     assert runner.stats.unmeasured == 2 and runner.stats.failed == 0
+
+
+def test_a_tracker_restarted_between_batches_loses_nothing(tmp_path, built):
+    good, _crash = built
+    with LocalBoard(key="restart", num_threads=1, log_dir=tmp_path, servers=2) as board:
+        _wait_registered(board, 2)
+        runner = TrackerRunner(board.address, config=MeasureConfig(**FAST), board_wait_sec=60)
+        try:
+            first = [f.result() for f in runner.run(_inputs(good))]
+            board.restart_tracker()
+            second = [f.result() for f in runner.run(_inputs(good))]  # waits until a server is back
+        finally:
+            runner.close()
+    assert [r.error_msg for r in first + second] == [None] * 8, runner.stats.errors
+    assert runner.stats.failed == 0 and runner.stats.unmeasured == 0
+
+
+def test_a_run_whose_only_board_goes_away_stops_with_the_resume_hint(tmp_path):
+    """Through the product's pipeline: what was measured is kept, nothing is stored as failed."""
+    import sqlalchemy as sa
+
+    from edgetune.board.base import TrackerBoard
+    from edgetune.errors import TuningInterrupted
+    from edgetune.profile import load_profile
+    from edgetune.tuning import Components, TuneOptions, run_tune
+    from edgetune.tuning.progress import ProgressSink
+
+    class KillAfterFirstBatch(ProgressSink):
+        def __init__(self, board: LocalBoard) -> None:
+            self.board, self.batches = board, 0
+
+        def on_batch(self, progress, task) -> None:
+            self.batches += 1
+            if self.batches == 1:
+                os.killpg(self.board.server_processes[0].pid, signal.SIGKILL)
+
+    profile = load_profile("host")
+    with LocalBoard(key="local", num_threads=1, log_dir=tmp_path / "board", servers=1) as board:
+        runner = TrackerRunner(board.address, config=profile.measure, board_wait_sec=3)
+        options = TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "run", trials=24,
+                              evaluate=False, warm_start="off", board=TrackerBoard(board.address))
+        with pytest.raises(TuningInterrupted) as excinfo:
+            run_tune(options, sink=KillAfterFirstBatch(board), components=Components(runner=runner))
+    message = str(excinfo.value)
+    assert message.startswith("stopped: no board measured this candidate") and "run the same command again to resume" in message
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'run' / 'history.db'}")
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT COUNT(*) FROM records")).scalar_one()
+        unavailable = conn.execute(sa.text("SELECT COUNT(*) FROM records WHERE error LIKE '%no board%'")).scalar_one()
+    engine.dispose()
+    assert stored >= 1 and unavailable == 0
+    assert (tmp_path / "run" / "summary.json").is_file()

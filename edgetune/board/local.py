@@ -122,9 +122,17 @@ class LocalBoard:
             error=BoardError,
         )
 
-    def _start_tracker(self) -> TrackerAddress:
-        for _attempt in range(5):
-            port = free_port(LOOPBACK)
+    def restart_tracker(self) -> None:
+        """Stop the tracker and start a new one on the same port (the servers register again by themselves)."""
+        if self.address is None or self._tracker is None:
+            raise BoardError("the loopback board is not started")
+        stop_group(self._tracker)
+        self._tracker = None
+        self._start_tracker(port=self.address.port)
+
+    def _start_tracker(self, port: int | None = None) -> TrackerAddress:
+        for _attempt in range(5 if port is None else 1):
+            port = port or free_port(LOOPBACK)
             # --port-end port+1: never let TVM silently bind a different port
             process = self._spawn(
                 ["tvm.exec.rpc_tracker", "--host", LOOPBACK, "--port", str(port), "--port-end", str(port + 1)],

@@ -48,6 +48,8 @@ class RecordAndReport(PyMeasureCallback):
         self.stop = stop
         self.runner = runner
         self.measurement_log = measurement_log
+        #: why the run stopped by itself (every board gone), for the resume message
+        self.stop_reason: str | None = None
 
     def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
         self.record(task_id, measure_candidates, builder_results, runner_results)
@@ -58,11 +60,14 @@ class RecordAndReport(PyMeasureCallback):
         task = self.progress.tasks[task_id]
         workload = self.history.commit_workload(ctx.mod)
         measured_on = getattr(self.runner, "measured_on", {})
+        missing = 0
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             error = built.error_msg or ran.error_msg
             artifact = built.artifact_path
             if is_board_unavailable(error):  # the board was missing, not the program: not stored
                 task.unmeasured += 1
+                missing += 1
+                self.stop_reason = str(error)
                 self._drop_artifact(artifact)
                 continue
             run_secs = None if error else [float(x) for x in ran.run_secs]
@@ -88,6 +93,10 @@ class RecordAndReport(PyMeasureCallback):
             self._drop_artifact(artifact)
         self.progress.record_batch(task)
         self.sink.on_batch(self.progress, task)
+        if missing and missing == len(runner_results):
+            # no board answered for a whole batch: stop with the resume hint rather than
+            # spend the budget on candidates nobody measures
+            self.stop.set()
         if self.stop.is_set():
             raise StopRequested("stop requested")
 

@@ -246,13 +246,19 @@ class TrackerRunner(PyRunner):
     def _board_worker(self, work: "_BatchWork", batch_size: int) -> None:
         """Take candidates off the batch and measure each wholly on this worker's board."""
         board: BoardSession | None = None
+        measured_here = False
         while (job := work.take()) is not None:
+            if measured_here and self.config.cooldown_sec > 0:
+                # a pause between two measurements on this board; after its last one of the
+                # batch the host's search and build for the next batch leave it idle anyway
+                time.sleep(self.config.cooldown_sec)
             if board is None:
                 try:
                     board = self._open_board(batch_size)
                 except Exception as error:  # noqa: BLE001 - reported if no board answers at all
                     work.put_back(job, error)
                     return
+            measured_here = True
             try:
                 run_secs = self._measure_one(board, job.artifact, job.args_info)
             except Exception as error:
@@ -263,8 +269,6 @@ class TrackerRunner(PyRunner):
                 board = None
                 continue
             work.settle(job, RunnerResult(run_secs, None))
-            if self.config.cooldown_sec > 0:
-                time.sleep(self.config.cooldown_sec)
 
     def _board_lost(self, work: "_BatchWork", job: "_Job", board: BoardSession, error: BaseException) -> None:
         """The session died under ``job``: measure it again elsewhere, unless it ended a session before."""

@@ -101,7 +101,7 @@ class RichProgress(ProgressSink):
                 highlight=False,
             )
 
-    def print_summary(self, summary: TuneSummary, out_dir: Path) -> None:
+    def print_summary(self, summary: TuneSummary, out_dir: Path) -> None:  # noqa: C901 - a flat list of report lines
         """The final report, printed whether or not progress was shown."""
         console = Console(soft_wrap=True)  # results go to stdout
         if not self.quiet and self._live is None and summary.tasks:
@@ -115,6 +115,8 @@ class RichProgress(ProgressSink):
             highlight=False,
         )
         for line in _savings_lines(summary):
+            console.print(line, highlight=False)
+        for line in _board_lines(summary.measurement):
             console.print(line, highlight=False)
         warm = summary.warm_start
         if warm and (warm["same_task"] or warm["similar_task"] or warm["other_board"]):
@@ -176,6 +178,7 @@ def _savings_lines(summary: TuneSummary) -> list[str]:
         lines.append(
             f"adaptive evaluator: {measurement['mean_runs_per_candidate']:.0f} runs per candidate on average "
             f"({measurement['stopped_by_cv']} stable below {measurement['cv_threshold']:.0%} CV, "
+            f"{measurement.get('stopped_by_budget', 0)} at the {measurement.get('budget_ms', 0):g} ms device-time budget, "
             f"{measurement['stopped_by_cap']} at the {measurement['max_runs']}-run cap); per-candidate log: "
             f"{measurement['log']}"
         )
@@ -194,4 +197,17 @@ def _savings_lines(summary: TuneSummary) -> list[str]:
             )
         if parts:
             lines.append("; ".join(parts))
+    return lines
+
+
+def _board_lines(measurement: dict) -> list[str]:
+    """Which board measured how many candidates, when more than one did or one went away."""
+    by_board = measurement.get("by_board") or {}
+    lost, unmeasured = measurement.get("sessions_lost", 0), measurement.get("unmeasured", 0)
+    lines = []
+    if len(by_board) > 1 or lost:
+        each = ", ".join(f"{board} {count}" for board, count in sorted(by_board.items()))
+        lines.append(f"measured on {len(by_board)} boards: {each}" + (f"; {lost} sessions lost and their candidates measured again" if lost else ""))
+    if unmeasured:
+        lines.append(f"{unmeasured} candidates were not measured (no board answered); they are not stored, a resumed run measures them")
     return lines

@@ -194,3 +194,14 @@ def test_only_the_sql_backend_touches_the_tables():
             if isinstance(node, ast.Attribute) and node.attr in private:
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno} uses {node.attr}")
     assert offenders == []
+
+
+def test_dedupe_merges_one_candidate_measured_by_two_boards(store):
+    workload = store.commit_workload(MOD)
+    store.commit_measurement(_record(workload, 2, [2e-3]), board="127.0.0.1:9191")  # a second board
+    assert store.count_records(MOD, ARM) == 4
+    result = store.dedupe_records("average")
+    assert (result.configurations, result.removed) == (1, 1)
+    assert store.count_records(MOD, ARM) == 3
+    kept = [r for r in store.records_by_id([s.id for s in store.record_summaries(ARM)]) if _secs(r) == [3e-3]]
+    assert len(kept) == 1  # the mean of 4 ms and 2 ms

@@ -82,9 +82,29 @@ def test_time_bounded_micro_batches_for_slow_kernels():
     assert fast.calls == [PROBE_RUNS, 50, 50]
 
 
+def test_device_time_budget_stops_a_never_stable_2ms_kernel_near_stocks_cost():
+    """The issue-17 case: a 2 ms kernel on a noisy board used to run to the 500-run cap (about 1 s)."""
+    settings = dict(micro_batch=50, max_runs=500, cv_threshold=0.03, micro_batch_ms=25)
+    unbounded = AdaptiveEvaluator(**settings).measure(NoisyTimer(2e-3, batch_sigma=0.5, seed=1))
+    assert unbounded.stopped_by == "cap" and unbounded.runs == 500
+    timer = NoisyTimer(2e-3, batch_sigma=0.5, seed=1)
+    bounded = AdaptiveEvaluator(**settings, budget_ms=100).measure(timer)
+    assert bounded.stopped_by == "budget" and bounded.micro_batches >= 2
+    assert bounded.runs < unbounded.runs / 5
+    # it stops after the micro-batch that crossed 100 ms (micro-batches hold about 25 ms)
+    assert 0.1 - 0.05 <= sum(bounded.run_secs) <= 0.1 + 0.1
+    # a slow kernel's budget is at least stock's cost: (probe + 1) runs, so it still gets two micro-batches
+    slow = AdaptiveEvaluator(**settings, budget_ms=100).measure(NoisyTimer(80e-3, batch_sigma=0.5, seed=1))
+    assert slow.stopped_by == "budget" and slow.micro_batches == 2
+    # a quiet candidate still stops on the CV, before the budget
+    quiet = AdaptiveEvaluator(**settings, budget_ms=100).measure(NoisyTimer(2e-3, batch_sigma=0.001))
+    assert quiet.stopped_by == "cv"
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
+        ({"budget_ms": -1}, "budget_ms must be >= 0"),
         ({"micro_batch": 0}, "micro_batch must be >= 1, got 0 instead"),
         ({"micro_batch": 50, "max_runs": 60}, "max_runs must be >= 2 x micro_batch"),
         ({"cv_threshold": 0}, "cv_threshold must be > 0"),

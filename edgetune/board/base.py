@@ -78,10 +78,13 @@ class EmbeddedBoard(Board):
 
     label = "loopback board (embedded)"
 
-    def __init__(self, key: str = "local", num_threads: int = 0, log_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, key: str = "local", num_threads: int = 0, log_dir: str | Path | None = None, servers: int = 1
+    ) -> None:
         self.key = key
         self.num_threads = num_threads
         self.log_dir = log_dir
+        self.servers = servers  # several stand in for a farm of boards under one key
         self._local: Any = None
 
     @property
@@ -95,7 +98,9 @@ class EmbeddedBoard(Board):
         from .local import LocalBoard
 
         if self._local is None:
-            self._local = LocalBoard(key=self.key, num_threads=self.num_threads, log_dir=self.log_dir)
+            self._local = LocalBoard(
+                key=self.key, num_threads=self.num_threads, log_dir=self.log_dir, servers=self.servers
+            )
         return self._local.start()
 
     def close(self) -> None:

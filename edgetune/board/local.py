@@ -44,6 +44,10 @@ class LocalBoard:
         Where ``tracker.log`` and ``server.log`` go; a temporary dir by default.
     startup_timeout_sec:
         How long to wait for the server to register.
+    servers:
+        RPC servers registered under ``key``: several stand in for a farm of
+        boards (they share this host's cores, so only board-bound time, such
+        as the profile's ``cooldown_sec``, overlaps).
     """
 
     def __init__(
@@ -52,14 +56,18 @@ class LocalBoard:
         num_threads: int = 0,
         log_dir: str | Path | None = None,
         startup_timeout_sec: float = 60.0,
+        servers: int = 1,
     ) -> None:
+        if servers < 1:
+            raise ValueError(f"servers must be >= 1, got {servers!r} instead")
+        self.servers = servers
         self.key = key
         self.num_threads = num_threads
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="edgetune-board-"))
         self.startup_timeout_sec = startup_timeout_sec
         self.address: TrackerAddress | None = None
         self._tracker: subprocess.Popen | None = None
-        self._server: subprocess.Popen | None = None
+        self._servers: list[subprocess.Popen] = []
 
     # -- lifecycle -------------------------------------------------------
     def __enter__(self) -> "LocalBoard":
@@ -77,7 +85,8 @@ class LocalBoard:
         atexit.register(self.stop)
         try:
             self.address = self._start_tracker()
-            self._start_server(self.address)
+            for _ in range(self.servers):
+                self.add_server()
         except BaseException:
             self.stop()
             raise
@@ -85,16 +94,22 @@ class LocalBoard:
 
     def stop(self) -> None:
         """Stop server and tracker (whole process groups). Safe to call twice."""
-        for process in (self._server, self._tracker):
+        for process in (*self._servers, self._tracker):
             if process is not None:
                 stop_group(process)
-        self._server = self._tracker = None
+        self._servers = []
+        self._tracker = None
         self.address = None
 
     @property
     def pids(self) -> list[int]:
         """Process-group ids of the running tracker and server."""
-        return [p.pid for p in (self._tracker, self._server) if p is not None]
+        return [p.pid for p in (self._tracker, *self._servers) if p is not None]
+
+    @property
+    def server_processes(self) -> list[subprocess.Popen]:
+        """The RPC servers, in start order (a test may kill one to play a board that goes away)."""
+        return list(self._servers)
 
     # -- internals -------------------------------------------------------
     def _spawn(self, args: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -107,9 +122,17 @@ class LocalBoard:
             error=BoardError,
         )
 
-    def _start_tracker(self) -> TrackerAddress:
-        for _attempt in range(5):
-            port = free_port(LOOPBACK)
+    def restart_tracker(self) -> None:
+        """Stop the tracker and start a new one on the same port (the servers register again by themselves)."""
+        if self.address is None or self._tracker is None:
+            raise BoardError("the loopback board is not started")
+        stop_group(self._tracker)
+        self._tracker = None
+        self._start_tracker(port=self.address.port)
+
+    def _start_tracker(self, port: int | None = None) -> TrackerAddress:
+        for _attempt in range(5 if port is None else 1):
+            port = port or free_port(LOOPBACK)
             # --port-end port+1: never let TVM silently bind a different port
             process = self._spawn(
                 ["tvm.exec.rpc_tracker", "--host", LOOPBACK, "--port", str(port), "--port-end", str(port + 1)],
@@ -124,10 +147,16 @@ class LocalBoard:
             stop_group(process)
         raise BoardError(f"could not start a loopback RPC tracker; see {self.log_dir / 'tracker.log'}")
 
-    def _start_server(self, address: TrackerAddress) -> None:
+    def add_server(self) -> subprocess.Popen:
+        """Start one more RPC server under the key and wait until the tracker lists it."""
+        if self.address is None:
+            raise BoardError("the loopback board is not started")
+        address = self.address
+        before = device_counts(tracker_summary(address), self.key)[0]
+        log_name = "server.log" if not self._servers else f"server-{len(self._servers)}.log"
         port = free_port(LOOPBACK)
         env = {"TVM_NUM_THREADS": str(self.num_threads)} if self.num_threads else {}
-        server = self._server = self._spawn(
+        server = self._spawn(
             [
                 "tvm.exec.rpc_server",
                 "--tracker",
@@ -141,20 +170,21 @@ class LocalBoard:
                 "--port-end",
                 str(port + 100),
             ],
-            "server.log",
+            log_name,
             env,
         )
+        self._servers.append(server)
 
         def registered() -> bool:
-            return device_counts(tracker_summary(address), self.key)[0] > 0
+            return device_counts(tracker_summary(address), self.key)[0] > before
 
-        if wait_until(registered, self.startup_timeout_sec, process=server):
-            return
+        if wait_until(registered, self.startup_timeout_sec, process=server, retry_on=BoardError):
+            return server
         if server.poll() is not None:
             raise BoardError(
-                f"the loopback RPC server exited with code {server.returncode}; see {self.log_dir / 'server.log'}"
+                f"the loopback RPC server exited with code {server.returncode}; see {self.log_dir / log_name}"
             )
         raise BoardError(
             f"the loopback RPC server did not register under key {self.key!r} within "
-            f"{self.startup_timeout_sec:g} s; see {self.log_dir / 'server.log'}"
+            f"{self.startup_timeout_sec:g} s; see {self.log_dir / log_name}"
         )

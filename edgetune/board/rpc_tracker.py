@@ -161,18 +161,45 @@ def check_device_available(address: TrackerAddress, timeout_sec: float = 10.0) -
     return registered, free
 
 
-def request_session(
-    address: TrackerAddress, session_timeout_sec: float = 120.0, wait_sec: float = 60.0
-) -> Any:
-    """An RPC session on a device under ``address.key``, waiting at most ``wait_sec``."""
-    from tvm import rpc
+@dataclass
+class BoardSession:
+    """An RPC session and the board it reached (``host:port`` of the server the tracker chose)."""
 
-    def request() -> Any:
-        tracker = rpc.connect_tracker(address.host, address.port)
-        try:
-            return tracker.request(address.key, priority=1, session_timeout=session_timeout_sec)
-        finally:
-            tracker.close()
+    session: Any
+    board: str
+
+
+def request_board(
+    address: TrackerAddress, session_timeout_sec: float = 120.0, wait_sec: float = 60.0
+) -> BoardSession:
+    """A session on one free device under ``address.key``, waiting at most ``wait_sec``.
+
+    Speaks the tracker's REQUEST exchange as TVM's ``TrackerSession.request``
+    does, keeping the server address the tracker answers with: that address
+    names the board, so records and the summary can say which board measured
+    what. A request still queued at the tracker when ``wait_sec`` ends is
+    dropped with its connection, so no session is granted to nobody.
+    """
+    from tvm import rpc
+    from tvm.rpc import base
+
+    holder: dict[str, Any] = {}
+
+    def request() -> BoardSession:
+        sock = socket.create_connection((address.host, address.port), timeout=10.0)
+        holder["sock"] = sock
+        sock.settimeout(None)
+        magic = base.struct.pack("<i", base.RPC_TRACKER_MAGIC)
+        sock.sendall(magic)
+        if base.struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+            raise RuntimeError(f"{address.host}:{address.port} is not an RPC tracker")
+        base.sendjson(sock, [base.TrackerCode.REQUEST, address.key, "", 1])
+        value = base.recvjson(sock)
+        if value[0] != base.TrackerCode.SUCCESS:
+            raise RuntimeError(f"tracker refused the request: {value!s}")
+        url, port, matchkey = value[1]
+        session = rpc.connect(url, port, matchkey, session_timeout_sec)
+        return BoardSession(session, f"{url}:{port}")
 
     try:
         return _with_timeout(request, wait_sec, "tracker request")
@@ -183,9 +210,20 @@ def request_session(
         ) from None
     except (OSError, RuntimeError) as error:
         raise BoardError(
-            f"RPC session to {address} failed: {str(error).splitlines()[0]}; "
+            f"RPC session to {address} failed: {(str(error).splitlines() or [type(error).__name__])[0]}; "
             f"run: {address.query_command}"
         ) from None
+    finally:
+        sock = holder.get("sock")
+        if sock is not None:
+            sock.close()
+
+
+def request_session(
+    address: TrackerAddress, session_timeout_sec: float = 120.0, wait_sec: float = 60.0
+) -> Any:
+    """An RPC session on a device under ``address.key``, waiting at most ``wait_sec``."""
+    return request_board(address, session_timeout_sec, wait_sec).session
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -38,3 +38,13 @@ FAILURE_THRESHOLD_MS = 1e8
 def is_valid_ms(ms: float) -> bool:
     """True for one latency (milliseconds) that is a real measurement."""
     return math.isfinite(ms) and 0 < ms < FAILURE_THRESHOLD_MS
+
+#: Prefix of the error of a candidate no board could measure (every session lost,
+#: none came back in time). Not a property of the program: it is not stored in
+#: the history, so a resumed run measures the candidate again.
+BOARD_UNAVAILABLE = "edgetune: no board measured this candidate"
+
+
+def is_board_unavailable(error: str | None) -> bool:
+    """Whether a runner error says the board was missing, not that the program failed."""
+    return bool(error) and str(error).startswith(BOARD_UNAVAILABLE)

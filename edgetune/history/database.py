@@ -407,7 +407,7 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
             return stmt
         return stmt.where(records.c.target_hash == self._target_filter)
 
-    def _commit_record(self, record: TuningRecord, error: str | None) -> None:
+    def _commit_record(self, record: TuningRecord, error: str | None, board: str | None = None) -> None:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
         failed = error is not None or is_failed(run_secs)
         trace_text = canonical(trace_json)
@@ -419,7 +419,6 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
                 else sum(run_secs) / len(run_secs)
             ),
             "error": (error or UNKNOWN_FAILURE) if failed else None,
-            "board_id": self._board_id,
             "tvm_version": tvm.__version__,
             "created_at": time.time(),
         }
@@ -429,6 +428,8 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
             key = {
                 "target_hash": sha256(target_text),
                 "candidate_hash": sha256(trace_text),
+                # one row per board: two boards' results for one candidate are both kept
+                "board_id": f"{self._board_id}@{board}" if board else self._board_id,
             }
             with engine.begin() as conn:
                 if len(entry.ids) > 1:
@@ -461,10 +462,19 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
                         args_info_json=canonical(args_info),
                     )
                     .on_conflict_do_update(
-                        index_elements=["workload_id", "target_hash", "candidate_hash"],
+                        index_elements=["workload_id", "target_hash", "candidate_hash", "board_id"],
                         set_=update,
                     )
                 )
+
+    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> None:
+        """Store a measurement (failed when ``error`` is given) and the board that made it.
+
+        ``board`` (the RPC server's ``host:port`` the tracker chose) is stored as
+        ``<board id>@<board>``: the history's board id (the device key) says which
+        kind of board, the suffix which one of several under that key.
+        """
+        self._commit_record(record, error, board)
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
         """Store a measurement; run_secs None or >= 1e9 (MetaSchedule's stub) is a failure."""

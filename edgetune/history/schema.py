@@ -15,11 +15,12 @@ import sqlalchemy as sa
 
 #: Bump when a table or the meaning of a column changes; a history file written
 #: with another version is refused instead of being misread.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 2 added ``workloads.mod_hash`` (unique with ``shash``: concurrent writers
 # committing the same new module get one row) and ``records.target_hash`` (the
 # unique key and the best-record index use the hash, not unbounded TEXT, which
-# PostgreSQL cannot index beyond about 2.7 kB).
+# PostgreSQL cannot index beyond about 2.7 kB). Version 3 added ``board_id`` to
+# the unique key of a record: two boards measuring one candidate keep two rows.
 
 metadata = sa.MetaData()
 
@@ -75,7 +76,7 @@ records = sa.Table(
     sa.Column("tvm_version", sa.String(64), nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.UniqueConstraint(
-        "workload_id", "target_hash", "candidate_hash", name="uq_records_candidate"
+        "workload_id", "target_hash", "candidate_hash", "board_id", name="uq_records_candidate"
     ),
     sa.Index("ix_records_best", "workload_id", "target_hash", "mean_run_sec"),
 )

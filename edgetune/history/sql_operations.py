@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the mixin's host class provides these
 #: Columns an import replaces when the file holds a newer measurement: all but
 #: those identifying the candidate (target, trace).
 RESULT_FIELDS = tuple(
-    f for f in RECORD_FIELDS if f not in ("target_json", "target_kind", "trace_json", "candidate_hash")
+    f for f in RECORD_FIELDS if f not in ("target_json", "target_kind", "trace_json", "candidate_hash", "board_id")
 )
 _DELETE_CHUNK = 500
 
@@ -174,14 +174,23 @@ class SqlOperations:
             raise HistoryError(f"dedupe by '{by}': use 'date' or 'average'")
         with self._write_transaction("dedupe tuning records") as conn:
             entries = self._all_workloads(conn)
+            # duplicates: one candidate under several rows of a workload, or measured by several boards
+            repeated = (
+                sa.select(records.c.workload_id, records.c.target_hash, records.c.candidate_hash)
+                .group_by(records.c.workload_id, records.c.target_hash, records.c.candidate_hash)
+                .having(sa.func.count() > 1)
+            )
             shared = {row_id for row_id, entry in entries.items() if len(entry.ids) > 1}
-            if not shared:
-                return DedupeResult(by, 0, 0, dry_run)
             rows = conn.execute(
                 sa.select(
                     records.c.id, records.c.workload_id, records.c.target_hash, records.c.candidate_hash,
                     records.c.created_at, records.c.run_secs_json, records.c.error, records.c.trace_json,
-                ).where(records.c.workload_id.in_(sorted(shared)))
+                ).where(
+                    sa.or_(
+                        records.c.workload_id.in_(sorted(shared)),
+                        sa.tuple_(records.c.workload_id, records.c.target_hash, records.c.candidate_hash).in_(repeated),
+                    )
+                )
             ).all()
             by_config: dict[tuple[int, str, str], list[Any]] = defaultdict(list)
             for row in rows:
@@ -316,6 +325,7 @@ def _import_record(conn: Connection, entry: StoredWorkload, obj: dict[str, Any],
             records.c.workload_id.in_(entry.ids),
             records.c.target_hash == values["target_hash"],
             records.c.candidate_hash == values["candidate_hash"],
+            records.c.board_id == values["board_id"],
         )
         .order_by(records.c.created_at.desc(), records.c.id.desc())
         .limit(1)
@@ -324,7 +334,7 @@ def _import_record(conn: Connection, entry: StoredWorkload, obj: dict[str, Any],
         inserted = conn.execute(
             insert_statement(conn, records)
             .values(workload_id=entry.ids[0], **values)
-            .on_conflict_do_nothing(index_elements=["workload_id", "target_hash", "candidate_hash"])
+            .on_conflict_do_nothing(index_elements=["workload_id", "target_hash", "candidate_hash", "board_id"])
         ).rowcount
         if inserted:
             result.added += 1

@@ -107,7 +107,8 @@ def warm_start(
         workload_mod = record.workload.mod
         key = int(tvm_ffi.structural_hash(workload_mod))
         same_task = is_same_task(workload_mod)
-        if same_task and board != board_id:
+        # "<key>@<server>": one board of several under the key is the same kind of board
+        if same_task and board.split("@", 1)[0] != board_id:
             seen_other_board += 1
             # keep a deterministic fraction: record k is kept when floor(k*f) advances
             if int(seen_other_board * other_board_fraction) == int((seen_other_board - 1) * other_board_fraction):

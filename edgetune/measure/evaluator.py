@@ -22,6 +22,15 @@ device time (never fewer than ``PROBE_RUNS`` runs). Fifty runs of a 10 ms
 convolution would otherwise cost half a second per micro-batch, more than stock
 MetaSchedule's 100 ms per candidate; sub-millisecond kernels still get the
 paper's full micro-batch. ``micro_batch_ms = 0`` is the paper's rule.
+
+A second addition: a device-time budget per candidate (``budget_ms``). On a
+busy board the CV may never settle, and a 2 ms kernel run to the 500-run cap
+costs a second of board time, ten times what stock MetaSchedule's evaluator
+spends (``number=3, min_repeat_ms=100``: about 100 ms, or 3 runs of a longer
+kernel, plus a warm-up). Once two micro-batches have run and the device time
+spent on the candidate reaches ``max(budget_ms, (PROBE_RUNS + 1) x run time)``
+(stock's cost), timing stops (``stopped_by="budget"``); the estimate is the
+mean of every run taken, as for the cap. ``budget_ms = 0`` turns it off.
 """
 
 from __future__ import annotations
@@ -62,7 +71,7 @@ class AdaptiveResult:
     run_secs: list[float]  # the single-run times the estimate uses, in order
     cv: float  # the final cumulative-throughput CV
     micro_batches: int
-    stopped_by: str  # "cv" (stable), "cap" (max_runs reached)
+    stopped_by: str  # "cv" (stable), "budget" (device-time budget spent), "cap" (max_runs reached)
     batch_means: list[float] = field(default_factory=list)
     probe_runs: int = 0  # warm-up/sizing runs, timed but not part of the estimate
 
@@ -92,6 +101,8 @@ class AdaptiveEvaluator:
         Floor: never stop before this many runs (two micro-batches are always taken).
     micro_batch_ms:
         Device time a micro-batch may take (0: always ``micro_batch`` runs, as in the paper).
+    budget_ms:
+        Device time one candidate may take, at least stock's (see the module docstring; 0: no budget).
     """
 
     micro_batch: int = DEFAULT_MICRO_BATCH
@@ -99,6 +110,7 @@ class AdaptiveEvaluator:
     cv_threshold: float = DEFAULT_CV_THRESHOLD
     min_runs: int = 0
     micro_batch_ms: float = 0.0
+    budget_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.micro_batch < 1:
@@ -111,6 +123,14 @@ class AdaptiveEvaluator:
             raise ValueError(f"min_runs must be within 0..max_runs ({self.max_runs}), got {self.min_runs!r} instead")
         if not self.micro_batch_ms >= 0:
             raise ValueError(f"micro_batch_ms must be >= 0, got {self.micro_batch_ms!r} instead")
+        if not self.budget_ms >= 0:
+            raise ValueError(f"budget_ms must be >= 0, got {self.budget_ms!r} instead")
+
+    def budget_sec(self, run_sec: float) -> float:
+        """Device seconds a candidate of ``run_sec`` per run may take: at least what stock's evaluator takes."""
+        if self.budget_ms <= 0:
+            return math.inf
+        return max(self.budget_ms / 1e3, (PROBE_RUNS + 1) * run_sec)
 
     def batch_size(self, run_sec: float | None) -> int:
         """Runs in the next micro-batch given the run time seen so far."""
@@ -127,6 +147,7 @@ class AdaptiveEvaluator:
         size = self.batch_size(float(np.mean(probe)) if probe else None)
         batches: list[list[float]] = []
         runs = len(probe)
+        spent = float(np.sum(probe))
         cv = math.inf
         while True:
             count = min(size, self.max_runs - runs)
@@ -134,9 +155,12 @@ class AdaptiveEvaluator:
                 break
             batches.append(self._call(time_runs, count))
             runs += count
+            spent += float(np.sum(batches[-1]))
             cv = cumulative_cv(batches)
             if runs >= self.min_runs and cv < self.cv_threshold:
                 return self._result(batches, cv, "cv", len(probe))
+            if len(batches) >= 2 and spent >= self.budget_sec(spent / runs):
+                return self._result(batches, cv, "budget", len(probe))
         return self._result(batches, cv, "cap", len(probe))
 
     @staticmethod

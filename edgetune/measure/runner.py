@@ -23,7 +23,9 @@ import numpy as np
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerInput, RunnerResult
 from tvm.ir.utils import derived_object
 
-from ..board.rpc_tracker import TrackerAddress, request_session
+from ..board.rpc_tracker import BoardSession, TrackerAddress, device_counts, request_board, tracker_summary
+from ..common.failure import BOARD_UNAVAILABLE
+from ..errors import BoardError
 from ..builder.builder import CACHED_ARTIFACT_PREFIX
 from ..common.rpc import remote_module
 from ..profile.schema import MeasureSettings
@@ -49,6 +51,59 @@ class MeasureStats:
     runs: int = 0  # single runs timed by the adaptive evaluator
     stopped_by_cv: int = 0  # candidates whose throughput CV fell below the threshold
     stopped_by_cap: int = 0  # candidates that used max_runs
+    stopped_by_budget: int = 0  # candidates that spent the device-time budget (measure.budget_ms)
+    by_board: dict[str, int] = field(default_factory=dict)  # candidates measured per board (host:port)
+    sessions_lost: int = 0  # sessions that died under a candidate (board gone, server crashed)
+    unmeasured: int = 0  # candidates given back because no board answered (not stored as failures)
+    batch_wall_seconds: float = 0.0  # wall clock from a batch's start to its last result
+
+
+#: a candidate that ended the session this many times is a program fault, stored as failed
+CRASHES_TO_FAIL = 2
+
+
+@dataclass
+class _Job:
+    index: int
+    artifact: str
+    args_info: list[Any]
+    promise: concurrent.futures.Future
+    lost_on: list[str] = field(default_factory=list)  # boards whose session died under it
+
+
+class _BatchWork:
+    """The candidates of one batch still to measure, shared by the board workers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pending: list[_Job] = []
+        self.settled = 0  # progress: candidates with a result (measured or failed), and board losses
+        self.last_error: BaseException | None = None  # why a board could not be had
+
+    def put(self, job: _Job) -> None:
+        with self._lock:
+            self.pending.append(job)
+
+    def put_back(self, job: _Job, error: BaseException, progress: bool = False) -> None:
+        """``job`` goes back to the batch; ``progress``: it was tried (its board was lost), not just not started."""
+        with self._lock:
+            self.pending.insert(0, job)
+            self.last_error = error
+            self.settled += int(progress)
+
+    def take(self) -> _Job | None:
+        with self._lock:
+            return self.pending.pop(0) if self.pending else None
+
+    def settle(self, job: _Job, result: RunnerResult) -> None:
+        job.promise.set_result(result)
+        with self._lock:
+            self.settled += 1
+
+    def drain(self) -> list[_Job]:
+        with self._lock:
+            jobs, self.pending = self.pending, []
+            return jobs
 
 
 @derived_object
@@ -80,6 +135,11 @@ class TrackerRunner(PyRunner):
         Upper bound of one session; the server drops a session older than this.
     lookup_cached:
         ``f(key) -> run_secs | None`` for artifacts the builder marked as cached.
+    max_boards:
+        Boards one batch is spread over (0: every free board under the key).
+    board_wait_sec:
+        How long to wait for a board when every session was lost; then the
+        rest of the batch is given back unmeasured.
     """
 
     def __init__(
@@ -89,6 +149,8 @@ class TrackerRunner(PyRunner):
         config: MeasureConfig | None = None,
         session_timeout_sec: float = 120.0,
         lookup_cached: Callable[[str], list[float] | None] | None = None,
+        max_boards: int = 0,
+        board_wait_sec: float = 60.0,
     ) -> None:
         super().__init__()
         self.tracker = tracker
@@ -96,7 +158,11 @@ class TrackerRunner(PyRunner):
         self.config = config or MeasureConfig()
         self.session_timeout_sec = session_timeout_sec
         self.lookup_cached = lookup_cached
+        self.max_boards = max_boards
+        self.board_wait_sec = board_wait_sec
         self.stats = MeasureStats()
+        #: artifact path -> board (host:port) that measured it (popped by the measure callback)
+        self.measured_on: dict[str, str] = {}
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="edgetune-measure"
         )
@@ -110,6 +176,7 @@ class TrackerRunner(PyRunner):
                 cv_threshold=self.config.cv_threshold,
                 min_runs=self.config.min_runs,
                 micro_batch_ms=self.config.micro_batch_ms,
+                budget_ms=self.config.budget_ms,
             )
             if self.config.evaluator == "adaptive"
             else None
@@ -132,42 +199,116 @@ class TrackerRunner(PyRunner):
     def _run_batch(
         self, jobs: list[tuple[str, list[Any]]], promises: list[concurrent.futures.Future]
     ) -> None:
-        session = None
+        """Measure a batch, spread over every free board under the key (one session each).
+
+        Rounds of board workers run until every candidate is settled; a candidate
+        whose board went away goes back to the batch. A round that settles
+        nothing (no board answered within ``board_wait_sec``) gives the rest
+        back unmeasured.
+        """
+        started = time.perf_counter()
         try:
-            for (artifact, args_info), promise in zip(jobs, promises):
+            work = _BatchWork()
+            for index, (artifact, args_info) in enumerate(jobs):
                 if artifact.startswith(CACHED_ARTIFACT_PREFIX):
-                    promise.set_result(self._cached_result(artifact))
-                    continue
-                if session is None:
-                    try:
-                        session = self._open_session(len(jobs))
-                    except Exception as error:  # tracker gone: fail this candidate as data
-                        promise.set_result(self._failure("session", error))
-                        continue
-                try:
-                    run_secs = self._measure_one(session, artifact, args_info)
-                except Exception as error:
-                    # The session may be broken (server killed it or crashed):
-                    # drop it, the next candidate asks for a new one.
-                    session = None
-                    promise.set_result(self._failure("run", error))
-                    continue
-                promise.set_result(RunnerResult(run_secs, None))
-                if self.config.cooldown_sec > 0:
-                    time.sleep(self.config.cooldown_sec)
+                    promises[index].set_result(self._cached_result(artifact))
+                else:
+                    work.put(_Job(index, artifact, args_info, promises[index]))
+            while work.pending:
+                settled = work.settled
+                workers = [
+                    threading.Thread(target=self._board_worker, args=(work, len(jobs)), name=f"edgetune-board-{i}", daemon=True)
+                    for i in range(self._boards_for(len(work.pending)))
+                ]
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join()
+                if work.pending and work.settled == settled:
+                    self._give_up(work.drain(), work.last_error)
+            with self._stats_lock:
+                self.stats.batch_wall_seconds += time.perf_counter() - started
         except BaseException as error:  # never leave MetaSchedule waiting forever
             for promise in promises:
                 if not promise.done():
                     promise.set_result(self._failure("runner", error))
             raise
 
-    def _open_session(self, batch_size: int) -> Any:
+    def _boards_for(self, candidates: int) -> int:
+        """How many boards measure this batch: the free ones under the key, at most ``max_boards``."""
+        try:
+            _registered, free = device_counts(tracker_summary(self.tracker, timeout_sec=5.0), self.tracker.key)
+        except BoardError:
+            free = 1  # the session request will say what is wrong
+        limit = self.max_boards or free
+        return max(1, min(candidates, free, limit))
+
+    def _board_worker(self, work: "_BatchWork", batch_size: int) -> None:
+        """Take candidates off the batch and measure each wholly on this worker's board."""
+        board: BoardSession | None = None
+        measured_here = False
+        while (job := work.take()) is not None:
+            if measured_here and self.config.cooldown_sec > 0:
+                # a pause between two measurements on this board; after its last one of the
+                # batch the host's search and build for the next batch leave it idle anyway
+                time.sleep(self.config.cooldown_sec)
+            if board is None:
+                try:
+                    board = self._open_board(batch_size)
+                except Exception as error:  # noqa: BLE001 - reported if no board answers at all
+                    work.put_back(job, error)
+                    return
+            measured_here = True
+            try:
+                run_secs = self._measure_one(board, job.artifact, job.args_info)
+            except Exception as error:
+                if self._alive(board):
+                    work.settle(job, self._failure("run", error))
+                    continue
+                self._board_lost(work, job, board, error)
+                board = None
+                continue
+            work.settle(job, RunnerResult(run_secs, None))
+
+    def _board_lost(self, work: "_BatchWork", job: "_Job", board: BoardSession, error: BaseException) -> None:
+        """The session died under ``job``: measure it again elsewhere, unless it ended a session before."""
+        job.lost_on.append(board.board)
+        with self._stats_lock:
+            self.stats.sessions_lost += 1
+        if len(job.lost_on) < CRASHES_TO_FAIL:
+            work.put_back(job, error, progress=True)
+            return
+        message = (
+            f"the candidate ended the RPC session {len(job.lost_on)} times "
+            f"(boards {', '.join(job.lost_on)}): {type(error).__name__}: {error}"
+        )
+        work.settle(job, self._failure("run", RuntimeError(message)))
+
+    def _give_up(self, jobs: list["_Job"], error: BaseException | None) -> None:
+        """No board answered: these candidates are left unmeasured (not program failures)."""
+        reason = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}" if error else "no board"
+        message = f"{BOARD_UNAVAILABLE}: {reason}"
+        for job in jobs:
+            with self._stats_lock:
+                self.stats.unmeasured += 1
+                self.stats.errors.append(message)
+            job.promise.set_result(RunnerResult(None, message))
+
+    def _alive(self, board: BoardSession) -> bool:
+        """Whether the session still answers (a remote error) or died with the candidate (a lost board)."""
+        try:
+            # a remote call every runtime answers (Device.exist is answered locally)
+            return board.session.get_function("runtime.RPCTimeEvaluator") is not None
+        except Exception:  # noqa: BLE001 - any failure means the session is gone
+            return False
+
+    def _open_board(self, batch_size: int) -> BoardSession:
         started = time.perf_counter()
         timeout = max(self.session_timeout_sec, self.config.timeout_sec * batch_size)
-        session = request_session(self.tracker, session_timeout_sec=timeout)
+        board = request_board(self.tracker, session_timeout_sec=timeout, wait_sec=self.board_wait_sec)
         with self._stats_lock:
             self.stats.session_seconds += time.perf_counter() - started
-        return session
+        return board
 
     def _cached_result(self, artifact: str) -> RunnerResult:
         key = artifact[len(CACHED_ARTIFACT_PREFIX) :]
@@ -211,7 +352,8 @@ class TrackerRunner(PyRunner):
         adaptive = self.evaluator.measure(time_runs)
         return [adaptive.mean_sec], adaptive
 
-    def _measure_one(self, session: Any, artifact: str, args_info: list[Any]) -> list[float]:
+    def _measure_one(self, board: BoardSession, artifact: str, args_info: list[Any]) -> list[float]:
+        session = board.session
         started = time.perf_counter()
         remote_name = f"edgetune-{os.getpid()}-{threading.get_ident()}-{os.path.basename(os.path.dirname(artifact))}.so"
         with remote_module(session, artifact, remote_name) as rt_mod:
@@ -222,6 +364,8 @@ class TrackerRunner(PyRunner):
             timed = time.perf_counter()
         with self._stats_lock:
             self.stats.measured += 1
+            self.stats.by_board[board.board] = self.stats.by_board.get(board.board, 0) + 1
+            self.measured_on[artifact] = board.board
             self.stats.upload_seconds += uploaded - started
             self.stats.device_seconds += timed - uploaded
             if adaptive is not None:
@@ -229,6 +373,8 @@ class TrackerRunner(PyRunner):
                 self.stats.runs += adaptive.runs
                 if adaptive.stopped_by == "cv":
                     self.stats.stopped_by_cv += 1
+                elif adaptive.stopped_by == "budget":
+                    self.stats.stopped_by_budget += 1
                 else:
                     self.stats.stopped_by_cap += 1
         return costs

@@ -82,6 +82,8 @@ class MeasureSettings:
     cooldown_sec: float = 0.0
     enable_cpu_cache_flush: bool = False
     timeout_sec: float = 30.0
+    # boards one batch is spread over when several RPC servers share the key (0: all free ones)
+    max_boards: int = 0
     # "adaptive": micro-batches of single runs until the throughput CV is low
     # (AdaTune); "fixed": number x repeat with min_repeat_ms, as stock MetaSchedule
     evaluator: str = "adaptive"
@@ -90,6 +92,8 @@ class MeasureSettings:
     cv_threshold: float = 0.03
     min_runs: int = 0
     micro_batch_ms: float = 25.0
+    # device time one candidate may take (at least stock's: (probe runs + 1) x run time); 0: no budget
+    budget_ms: float = 100.0
 
 
 @dataclass(frozen=True)
@@ -263,12 +267,14 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "cooldown_sec": _number(at_least=0, default=0.0),
         "enable_cpu_cache_flush": _boolean(False),
         "timeout_sec": _number(above=0, default=30.0),
+        "max_boards": _integer(0, default=0),
         "evaluator": _string(EVALUATORS, default="adaptive"),
         "micro_batch": _integer(1, default=50),
         "max_runs": _integer(1, default=500),
         "cv_threshold": _number(above=0, default=0.03),
         "min_runs": _integer(0, default=0),
         "micro_batch_ms": _number(at_least=0, default=25.0),
+        "budget_ms": _number(at_least=0, default=100.0),
     },
     "tuning": {
         "trials": _integer(1, default=256),

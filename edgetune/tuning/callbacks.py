@@ -15,7 +15,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from ..builder.builder import CACHED_ARTIFACT_PREFIX
-from ..common.failure import FAILED_RUN_SECS
+from ..common.failure import FAILED_RUN_SECS, is_board_unavailable
 from .progress import ProgressSink, TaskProgress, TuneProgress
 from .signals import StopRequested
 
@@ -48,6 +48,8 @@ class RecordAndReport(PyMeasureCallback):
         self.stop = stop
         self.runner = runner
         self.measurement_log = measurement_log
+        #: why the run stopped by itself (every board gone), for the resume message
+        self.stop_reason: str | None = None
 
     def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
         self.record(task_id, measure_candidates, builder_results, runner_results)
@@ -57,9 +59,19 @@ class RecordAndReport(PyMeasureCallback):
         ctx = self.contexts[task_id]
         task = self.progress.tasks[task_id]
         workload = self.history.commit_workload(ctx.mod)
+        measured_on = getattr(self.runner, "measured_on", {})
+        missing = 0
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             error = built.error_msg or ran.error_msg
+            artifact = built.artifact_path
+            if is_board_unavailable(error):  # the board was missing, not the program: not stored
+                task.unmeasured += 1
+                missing += 1
+                self.stop_reason = str(error)
+                self._drop_artifact(artifact)
+                continue
             run_secs = None if error else [float(x) for x in ran.run_secs]
+            board = measured_on.pop(str(artifact), None) if artifact else None
             record = ms.database.TuningRecord(
                 candidate.sch.trace,
                 workload,
@@ -67,26 +79,33 @@ class RecordAndReport(PyMeasureCallback):
                 ctx.target,
                 candidate.args_info,
             )
+            self.history.commit_measurement(record, error=str(error) if error else None, board=board)
             if error:
-                self.history.commit_tuning_record_with_error(record, str(error))
                 task.failed += 1
             else:
-                self.history.commit_tuning_record(record)
                 mean = float(np.mean(run_secs))
                 if task.best_sec is None or mean < task.best_sec:
                     task.best_sec = mean
             task.trials += 1
             self.progress.done += 1
-            artifact = built.artifact_path
             if artifact and not str(artifact).startswith(CACHED_ARTIFACT_PREFIX):
-                self._log_measurement(task, str(artifact), run_secs)
-                remove_artifact(str(artifact))
+                self._log_measurement(task, str(artifact), run_secs, board)
+            self._drop_artifact(artifact)
         self.progress.record_batch(task)
         self.sink.on_batch(self.progress, task)
+        if missing and missing == len(runner_results):
+            # no board answered for a whole batch: stop with the resume hint rather than
+            # spend the budget on candidates nobody measures
+            self.stop.set()
         if self.stop.is_set():
             raise StopRequested("stop requested")
 
-    def _log_measurement(self, task: TaskProgress, artifact: str, run_secs: list[float] | None) -> None:
+    @staticmethod
+    def _drop_artifact(artifact: Any) -> None:
+        if artifact and not str(artifact).startswith(CACHED_ARTIFACT_PREFIX):
+            remove_artifact(str(artifact))
+
+    def _log_measurement(self, task: TaskProgress, artifact: str, run_secs: list[float] | None, board: str | None = None) -> None:
         """Append how the adaptive evaluator measured this candidate (runs used, final CV)."""
         log = getattr(self.runner, "adaptive_log", None)
         adaptive = log.pop(artifact, None) if log is not None else None
@@ -100,6 +119,7 @@ class RecordAndReport(PyMeasureCallback):
             "stopped_by": adaptive.stopped_by,
             "mean_us": round(adaptive.mean_sec * 1e6, 3),
             "recorded": run_secs is not None,
+            "board": board,
         }
         with open(self.measurement_log, "a") as handle:
             handle.write(json.dumps(line) + "\n")

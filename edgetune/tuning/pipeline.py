@@ -315,6 +315,7 @@ class TuningPipeline:
                 config=self.profile.measure,
                 session_timeout_sec=self.profile.rpc.session_timeout_sec,
                 lookup_cached=cache.lookup_key,
+                max_boards=self.profile.measure.max_boards,
             )
         return runner
 
@@ -368,8 +369,10 @@ class TuningPipeline:
             summary = self.summarize(run)
             if run.interrupted:
                 summary.write(out_dir)
+                reason = getattr(run.callbacks[0], "stop_reason", None) if run.callbacks else None
                 raise TuningInterrupted(
-                    f"interrupted: {run.progress.done} measurements of this run are kept in {history.url}; "
+                    ("stopped: " + reason.split(": ", 1)[-1] + "; " if reason else "interrupted: ")
+                    + f"{run.progress.done} measurements of this run are kept in {history.url}; "
                     f"run the same command again to resume",
                     signum=self.stop.signum,
                 )

@@ -19,6 +19,7 @@ class TaskProgress:
     previous_trials: int = 0  # already in the history when the run started
     trials: int = 0  # measured (or served from history) in this run
     failed: int = 0
+    unmeasured: int = 0  # given back because no board answered (not stored; measured again on resume)
     best_sec: float | None = None
     default_sec: float | None = None  # the untuned (default) schedule's latency, see tuning.baseline
 

@@ -86,10 +86,17 @@ def with_applied(suggested: dict[str, Any] | None, report: SearchReport, context
 def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
     """How candidates were timed, and the runs the adaptive evaluator saved against its cap."""
     m, stats = profile.measure, getattr(runner, "stats", None)
+    boards = {
+        "by_board": dict(getattr(stats, "by_board", {})),  # candidates measured per board (host:port)
+        "sessions_lost": getattr(stats, "sessions_lost", 0),
+        "unmeasured": getattr(stats, "unmeasured", 0),  # no board answered: not stored, measured on resume
+        "batch_wall_seconds": round(getattr(stats, "batch_wall_seconds", 0.0), 3),  # runner busy, all boards
+    }
     if m.evaluator != "adaptive" or stats is None:
-        return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms}
-    timed = stats.stopped_by_cv + stats.stopped_by_cap
+        return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms, **boards}
+    timed = stats.stopped_by_cv + stats.stopped_by_cap + getattr(stats, "stopped_by_budget", 0)
     return {
+        **boards,
         "evaluator": "adaptive",
         "micro_batch": m.micro_batch,
         "max_runs": m.max_runs,
@@ -99,6 +106,8 @@ def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
         "mean_runs_per_candidate": stats.runs / timed if timed else None,
         "stopped_by_cv": stats.stopped_by_cv,
         "stopped_by_cap": stats.stopped_by_cap,
+        "stopped_by_budget": getattr(stats, "stopped_by_budget", 0),
+        "budget_ms": m.budget_ms,
         "runs_saved_vs_cap": 1 - stats.runs / (timed * m.max_runs) if timed else None,
         "log": MEASUREMENT_LOG,
     }

@@ -1,0 +1,214 @@
+"""Evaluator cost on whole real models: stock MetaSchedule's timing vs edgetune's adaptive one (issue 17).
+
+Part 1 (the product): each model is tuned through ``edgetune.tuning.run_tune``
+(what ``edgetune tune`` runs) with the same budget twice per seed, differing
+only in ``[measure]``:
+
+  stock      evaluator "fixed", number=3, repeat=1, min_repeat_ms=100
+             (MetaSchedule's default RPC evaluator settings)
+  adaptive   the host profile's adaptive evaluator (CV rule, time-bounded
+             micro-batches, per-candidate device-time budget ``budget_ms``)
+
+Reported: device seconds per measured candidate (time inside the remote
+timing calls, from the runner) and the model's estimated latency after tuning
+(sum over tasks of weight x best latency). Goal: adaptive at or below stock's
+device seconds on every model, best latency within the seeds' spread.
+
+Part 2 (ranking, a component check): the candidates the adaptive run measured
+for each model's heaviest task are re-measured by both evaluators on the same
+board, and the two rankings compared (Spearman's rho over candidates; does
+stock's fastest stay the adaptive one's fastest?).
+
+Usage::
+
+  python benchmarks/evaluator_cost.py --models resnet18 mobilenetv2 squeezenet --seeds 0 1 2
+  python benchmarks/evaluator_cost.py --models squeezenet --seeds 0 --trials 48 --res 64 --write-results
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from _results import write_section
+
+MARK = "evaluator_cost"
+STOCK = dict(evaluator="fixed", number=3, repeat=1, min_repeat_ms=100)
+
+
+def _profile(args: argparse.Namespace, seed: int, config: str) -> Any:
+    from edgetune.profile import load_profile
+
+    profile = load_profile(args.profile)
+    measure = profile.measure if config == "adaptive" else dataclasses.replace(profile.measure, **STOCK)
+    return dataclasses.replace(profile, measure=measure, tuning=dataclasses.replace(profile.tuning, seed=seed))
+
+
+def tune(model: str, seed: int, config: str, board: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from edgetune.tuning import TuneOptions, run_tune
+
+    out = Path(tempfile.mkdtemp(prefix=f"evalcost-{config}-{seed}-"))
+    spec = f"demo:{model}@{args.res}"
+    summary = run_tune(
+        TuneOptions(profile=_profile(args, seed, config), model=spec, out_dir=out, trials=args.trials,
+                    evaluate=False, warm_start="off", board=board)
+    )
+    measured = summary.trials.measured_on_device
+    estimate = sum(t.weight * t.best_latency_us for t in summary.tasks if t.best_latency_us is not None)
+    heaviest = max(summary.tasks, key=lambda t: t.weight * (t.best_latency_us or 0.0))
+    return {
+        "model": model, "seed": seed, "config": config, "measured": measured,
+        "device_s": summary.seconds.device, "device_per_candidate_ms": summary.seconds.device / measured * 1e3 if measured else None,
+        "estimate_ms": estimate / 1e3, "history": summary.history, "heaviest_task": heaviest.name, "out": str(out),
+        "runs_per_candidate": (summary.measurement or {}).get("mean_runs_per_candidate"),
+    }
+
+
+def rebuild_candidates(history_url: str, limit: int) -> tuple[Any, list[str], Any]:
+    """The first ``limit`` successful candidates of the workload with the most records, built again."""
+    from collections import Counter
+
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from edgetune.builder.builder import WarmBuilder
+    from edgetune.history import open_history
+
+    history = open_history(history_url, read_only=True)
+    try:
+        summaries = [s for s in history.record_summaries() if s.mean_run_sec is not None]
+        busiest = Counter(id(s.workload) for s in summaries).most_common(1)[0][0]
+        chosen = [s.id for s in summaries if id(s.workload) == busiest][:limit]
+        records = history.records_by_id(chosen)
+    finally:
+        history.close()
+    builder = WarmBuilder(timeout_sec=60)
+    inputs = []
+    for record in records:
+        sch = Schedule(record.workload.mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        inputs.append(BuilderInput(sch.mod, tvm.target.Target(record.target)))
+    built = builder.build(inputs)
+    return builder, [str(b.artifact_path) for b in built if not b.error_msg], records[0].args_info
+
+
+def ranking(row: dict[str, Any], args: argparse.Namespace, address: Any) -> dict[str, Any]:
+    """Re-measure one task's candidates with both evaluators; compare the two orders."""
+    from scipy.stats import spearmanr
+
+    from edgetune.measure.runner import MeasureConfig, TrackerRunner
+
+    builder, artifacts, args_info = rebuild_candidates(row["history"], args.rank_candidates)
+    results = {}
+    for config in ("stock", "adaptive"):
+        profile = _profile(args, row["seed"], config)
+        runner = TrackerRunner(address, config=MeasureConfig(**dataclasses.asdict(profile.measure)))
+        try:
+            from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+            futures = runner.run([RunnerInput(path, "cpu", args_info) for path in artifacts])
+            results[config] = [float(np.mean(f.result().run_secs)) if f.result().run_secs else np.nan for f in futures]
+        finally:
+            runner.close()
+    builder.close()
+    stock, adaptive = np.array(results["stock"]), np.array(results["adaptive"])
+    ok = ~(np.isnan(stock) | np.isnan(adaptive))
+    rho = float(spearmanr(stock[ok], adaptive[ok]).statistic) if ok.sum() > 2 else float("nan")
+    return {"model": row["model"], "task": row["heaviest_task"], "candidates": int(ok.sum()), "rho": rho,
+            "same_best": bool(np.nanargmin(stock) == np.nanargmin(adaptive))}
+
+
+def _spread(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.3g} [{min(values):.3g}-{max(values):.3g}]"
+
+
+def report_text(rows: list[dict[str, Any]], ranks: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
+    lines = [
+        "## Evaluator cost on whole models: stock vs adaptive (issue 17)",
+        "",
+        f"Reproduce: `python benchmarks/evaluator_cost.py --models {' '.join(args.models)} --seeds "
+        f"{' '.join(map(str, args.seeds))} --trials {args.trials} --res {args.res} --write-results` "
+        f"({platform.machine()}, {seconds / 60:.0f} min in one run).",
+        "",
+        f"Each model tuned by `run_tune` with profile `{args.profile}` and {args.trials} trials, loopback board; "
+        "the two configurations differ only in `[measure]` (stock: fixed, number=3, repeat=1, min_repeat_ms=100). "
+        "Median [min-max] over seeds; ratio per seed adaptive/stock, then the median.",
+        "",
+        "| model | config | measured | device ms / candidate | adaptive / stock | runs / candidate | estimated model ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for model in args.models:
+        for config in ("stock", "adaptive"):
+            mine = [r for r in rows if r["model"] == model and r["config"] == config]
+            ratios = []
+            if config == "adaptive":
+                for r in mine:
+                    base = next(b for b in rows if b["model"] == model and b["seed"] == r["seed"] and b["config"] == "stock")
+                    if r["device_per_candidate_ms"] and base["device_per_candidate_ms"]:
+                        ratios.append(r["device_per_candidate_ms"] / base["device_per_candidate_ms"])
+            lines.append(
+                f"| {model} | {config} | {_spread([r['measured'] for r in mine])} | {_spread([r['device_per_candidate_ms'] for r in mine])} "
+                f"| {_spread(ratios) if ratios else ''} | {_spread([r['runs_per_candidate'] for r in mine])} "
+                f"| {_spread([r['estimate_ms'] for r in mine])} |"
+            )
+    if ranks:
+        lines += ["", "Ranking check (candidates of the heaviest task re-measured by both evaluators, seed 0):", "",
+                  "| model | task | candidates | Spearman rho | same fastest |", "|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['task']} | {r['candidates']} | {r['rho']:.3f} | {r['same_best']} |" for r in ranks]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenetv2", "squeezenet"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--res", type=int, default=64)
+    parser.add_argument("--profile", default="host")
+    parser.add_argument("--rank-candidates", type=int, default=0, help="also run the ranking check on this many candidates (0: skip)")
+    parser.add_argument("--write-results", action="store_true")
+    args = parser.parse_args()
+    from edgetune.board.base import EmbeddedBoard
+
+    started = time.monotonic()
+    rows, ranks = [], []
+    board = EmbeddedBoard(key="local", num_threads=0)
+    address = board.open()
+    try:
+        from edgetune.board.base import TrackerBoard
+
+        shared = TrackerBoard(address)
+        for seed in args.seeds:
+            for model in args.models:
+                for config in ("stock", "adaptive"):  # interleaved: machine noise hits both
+                    row = tune(model, seed, config, shared, args)
+                    print(row, file=sys.stderr, flush=True)
+                    rows.append(row)
+        if args.rank_candidates:
+            for model in args.models:
+                row = next(r for r in rows if r["model"] == model and r["config"] == "adaptive")
+                ranks.append(ranking(row, args, address))
+    finally:
+        board.close()
+    text = report_text(rows, ranks, args, time.monotonic() - started)
+    print(text)
+    if args.write_results:
+        write_section(text, MARK)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -118,6 +118,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_deploy_parser(sub)
 
+    from .report.cli import add_report_parser
+
+    add_report_parser(sub)
+
     db = sub.add_parser("db", help="inspect, maintain and move the tuning history database")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True
@@ -164,10 +168,24 @@ def _run_tune(args: argparse.Namespace) -> int:
         suggested=args.suggested,
         scheduler=args.scheduler,
     )
-    with RichProgress(quiet=args.quiet) as display:
-        summary = run_tune(options, sink=display)
+    try:
+        with RichProgress(quiet=args.quiet) as display:
+            summary = run_tune(options, sink=display)
+    except TuningInterrupted:
+        _report(options.out_dir)  # of what the interrupted run measured
+        raise
     display.print_summary(summary, options.out_dir)
+    _report(options.out_dir)
     return 0
+
+
+def _report(out_dir: Path) -> None:
+    """The run's HTML report; one warning line (never a failed tune) when it cannot be written."""
+    from .report import report_after_tune
+
+    page = report_after_tune(out_dir)
+    if page is not None:
+        print(f"report: {page}")
 
 
 def _with_flag_overrides(profile: Any, args: argparse.Namespace) -> Any:

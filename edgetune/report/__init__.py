@@ -16,6 +16,21 @@ from ..errors import ReportError
 
 REPORT_NAME = "report.html"
 PLOTS_DIR = "report"
+#: tuning.summary.SUMMARY_NAME, not imported so that a wrong directory fails before TVM loads
+_SUMMARY_FILE = "summary.json"
+
+
+def check_run_dir(run_dir: Path) -> Path:
+    """``run_dir/summary.json``; :class:`ReportError` (one line) when ``run_dir`` is not a tune run's directory."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise ReportError(f"run directory '{run_dir}' not found")
+    if not run_dir.is_dir():
+        raise ReportError(f"'{run_dir}' is not a directory; give the --out directory of `edgetune tune`")
+    path = run_dir / _SUMMARY_FILE
+    if not path.is_file():
+        raise ReportError(f"'{run_dir}' is not an edgetune run directory: it has no {_SUMMARY_FILE} (written by `edgetune tune --out DIR`)")
+    return path
 
 
 def write_report(run_dir: Path, db: str | None = None) -> Path:
@@ -25,9 +40,10 @@ def write_report(run_dir: Path, db: str | None = None) -> Path:
     with its password, which summary.json masks). Raises :class:`ReportError`
     when ``run_dir`` is not a run directory or the report cannot be written.
     """
+    check_run_dir(run_dir)
     from .data import load_run
-    from .render import draw_plots
     from .page import render_page
+    from .render import draw_plots
 
     data = load_run(Path(run_dir), db)
     plots_dir = data.run_dir / PLOTS_DIR
@@ -55,4 +71,4 @@ def report_after_tune(out_dir: Path) -> Path | None:
         return None
 
 
-__all__ = ["PLOTS_DIR", "REPORT_NAME", "ReportError", "report_after_tune", "write_report"]
+__all__ = ["PLOTS_DIR", "REPORT_NAME", "ReportError", "check_run_dir", "report_after_tune", "write_report"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ReportError
 from ..tuning.settings import MEASUREMENT_LOG
-from ..tuning.summary import SUMMARY_NAME, TuneSummary, load_sessions
+from ..tuning.summary import TuneSummary, load_sessions
 
 #: seconds of slack when matching a record's time to a session (summary dates have whole seconds)
 SLACK_SEC = 1.5
@@ -93,7 +93,7 @@ def load_run(run_dir: Path, db: str | None = None) -> RunData:
     summary = load_summary(run_dir)
     notes: list[str] = []
     summaries = session_summaries(run_dir, summary)
-    records = history_records(summary, db, notes)
+    records = history_records(summary, db or _default_history(run_dir, summary), notes, named=bool(db))
     sessions, owners = build_sessions(summaries, [r.created_at for r in records] if records is not None else None)
     if records is not None:
         timeline = history_timeline(summary, records, owners)
@@ -104,13 +104,9 @@ def load_run(run_dir: Path, db: str | None = None) -> RunData:
 
 
 def load_summary(run_dir: Path) -> TuneSummary:
-    if not run_dir.exists():
-        raise ReportError(f"run directory '{run_dir}' not found")
-    if not run_dir.is_dir():
-        raise ReportError(f"'{run_dir}' is not a directory; give the --out directory of `edgetune tune`")
-    path = run_dir / SUMMARY_NAME
-    if not path.exists():
-        raise ReportError(f"'{run_dir}' is not an edgetune run directory: it has no {SUMMARY_NAME} (written by `edgetune tune --out DIR`)")
+    from . import check_run_dir
+
+    path = check_run_dir(run_dir)
     try:
         return TuneSummary.load(path)
     except (ValueError, TypeError, AttributeError, OSError) as error:
@@ -137,21 +133,44 @@ def _finished_at(summary: TuneSummary) -> float:
         return math.nan
 
 
-def history_records(summary: TuneSummary, db: str | None, notes: list[str]) -> list[Any] | None:
-    """The history's records of this model's tasks (on the target most recently tuned), oldest first; None if unreadable."""
+def _default_history(run_dir: Path, summary: TuneSummary) -> str | None:
+    """The history summary.json names; the run directory's own history.db when that is gone (a moved run)."""
+    named = summary.history or ""
+    local = run_dir / "history.db"
+    if named.startswith("sqlite:") and not Path(named.split(":///", 1)[-1]).exists() and local.exists():
+        return str(local)
+    return named or (str(local) if local.exists() else None)
+
+
+def history_records(summary: TuneSummary, url: str | None, notes: list[str], named: bool = False) -> list[Any] | None:
+    """The history's records of this model's tasks (on the target most recently tuned), oldest first.
+
+    None, with a note, when there is none to read; a history ``named`` by the user
+    (``--db``) that cannot be read is a :class:`ReportError` instead.
+    """
+    try:
+        return _read_history(summary, url)
+    except _Unreadable as why:
+        if named:
+            raise ReportError(f"--db {url}: {why.args[0]}") from None
+        hint = " (give the history with --db)" if why.args[1:] != (False,) else ""
+        notes.append(f"{why.args[0]}: no per-task curves{hint}")
+        return None
+
+
+class _Unreadable(Exception):
+    """Why the history gives no records: ``args`` = (reason, whether --db could help)."""
+
+
+def _read_history(summary: TuneSummary, url: str | None) -> list[Any]:
     hashes = {task.workload_hash for task in summary.tasks if task.workload_hash}
     if not hashes:
-        notes.append("summary.json names no task workloads (an older edgetune wrote it): no per-task curves")
-        return None
-    url = db or summary.history
+        raise _Unreadable("summary.json names no task workloads (an older edgetune wrote it)", False)
     if not url:
-        notes.append("summary.json names no history database: no per-task curves (give --db)")
-        return None
+        raise _Unreadable("summary.json names no history database")
     if "://" not in url or url.startswith("sqlite:"):
-        path = Path(url.split(":///", 1)[1] if url.startswith("sqlite:") else url)
-        if not path.exists():
-            notes.append(f"history {url} not found: no per-task curves (give --db)")
-            return None
+        if not Path(url.split(":///", 1)[1] if url.startswith("sqlite:") else url).exists():
+            raise _Unreadable(f"history {url} not found")
     try:
         from ..history import open_history
 
@@ -160,9 +179,8 @@ def history_records(summary: TuneSummary, db: str | None, notes: list[str]) -> l
             records = [r for r in history.record_summaries() if r.workload.shash in hashes]
         finally:
             history.close()
-    except Exception as error:  # a history that cannot be read leaves the report without per-task curves
-        notes.append(f"history {url} could not be read ({_one_line(error)}): no per-task curves (give --db)")
-        return None
+    except Exception as error:  # whatever the backend raises: the report goes on without per-task curves
+        raise _Unreadable(f"history {url} could not be read ({_one_line(error)})") from None
     if records:
         target = records[-1].target_hash  # other targets' records of the same workloads are another run's
         records = [r for r in records if r.target_hash == target]

@@ -80,10 +80,8 @@ def _status(data: RunData) -> str:
     if trials:
         bits.append(f"{trials.in_history_before + trials.this_run} trials of a budget of {trials.budget}")
     if e2e and e2e.tuned_latency and e2e.untuned_latency:
-        bits.append(
-            f"end to end: untuned {e2e.untuned_ms:.3f} ms, tuned {e2e.tuned_ms:.3f} ms "
-            f"(x{e2e.speedup:.2f}), delivered: {e2e.delivered}"
-        )
+        speedup = f" (x{e2e.speedup:.2f})" if math.isfinite(e2e.speedup) else ""
+        bits.append(f"end to end: untuned {e2e.untuned_ms:.3f} ms, tuned {e2e.tuned_ms:.3f} ms{speedup}, delivered: {e2e.delivered}")
     else:
         bits.append("no end-to-end measurement in the last session (interrupted, or --no-evaluate)")
     return f'<p class="status">{badge} &middot; ' + " &middot; ".join(_e(b) for b in bits) + "</p>"

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from .data import RunData, Session
 
+TRIALS_LABEL = {"history": "trials: the history's records of the model's tasks", "summary": "trials, as the sessions counted them"}
 SESSION_LINE = {"color": "0.45", "linestyle": ":", "linewidth": 1.2}
 STOPPED_BY_COLORS = {"cv": "tab:blue", "cap": "tab:red"}
 TIME_PARTS = (  # (label, colour) of the stacked bars, in order
@@ -60,7 +61,7 @@ def latency_figure(data: RunData) -> Figure | None:
     axes = figure.subplots(1, 2, sharey=True)
     for ax, axis, xlabel in (
         (axes[0], "seconds", "tuning wall clock (s), sessions back to back"),
-        (axes[1], "trials", "trials: the history's records of the model's tasks"),
+        (axes[1], "trials", TRIALS_LABEL.get(timeline.source, "trials")),
     ):
         if points:
             xs = [p[0] if axis == "seconds" else p[1] for p in points]

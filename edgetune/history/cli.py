@@ -230,7 +230,7 @@ def _run_suggest(args: argparse.Namespace) -> int:
     if not suggestions:
         console.print(f"{url}: no workload has {args.min_trials} or more records yet; nothing to suggest")
         return 0
-    title = f"{url}: suggested settings per task type"
+    title = f"suggested settings per task type in {url}"
     table = Table(title=title)
     for name in ("operator", "target", "workloads", "best found at", "of trials", "max_trials_per_task", "kmeans_distance_ratio"):
         table.add_column(name, max_width=40 if name == "kmeans_distance_ratio" else None)
@@ -303,7 +303,7 @@ def _latency(sec: float | None) -> str:
         return f"{sec:.3f} s"
     if sec >= 1e-3:
         return f"{sec * 1e3:.3f} ms"
-    return f"{sec * 1e6:.1f} us"
+    return f"{sec * 1e6:.1f} us" if sec >= 1e-5 else f"{sec * 1e6:.3f} us"  # not "0.0 us" for a 31 ns kernel
 
 
 def _console():
@@ -348,7 +348,8 @@ def _run_stats(args: argparse.Namespace) -> int:
     if not groups:
         console.print(f"{url}: no tuning records")
         return 0
-    title = f"{url}: {sum(g.count for g in groups)} records, {len(groups)} task/target groups"
+    # the counts first: a long URL wraps onto its own line, never through them
+    title = f"{sum(g.count for g in groups)} records, {len(groups)} task/target groups in {url}"
     table = Table(title=title)
     for name, justify in (
         ("task", "left"), ("args", "left"), ("target", "left"), ("records", "right"),

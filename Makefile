@@ -25,7 +25,7 @@ install-test: $(BIN)/python system-deps
 # PostgreSQL server (the history tests start their own throwaway cluster), and
 # for the provisioning tests: an OpenSSH server and client (test boards), ip
 # (network namespaces), debootstrap + qemu-user-static + binfmt-support (the
-# emulated arm64 board).
+# emulated arm64 board), and chromium (a headless browser opens the run report).
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
@@ -37,6 +37,7 @@ system-deps:
 	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
 	command -v qemu-aarch64-static >/dev/null || missing="$$missing qemu-user-static"; \
 	command -v update-binfmts >/dev/null || missing="$$missing binfmt-support"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages:$$missing"; \

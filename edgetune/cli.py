@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
@@ -127,6 +128,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_deploy_parser(sub)
 
+    from .report.cli import add_report_parser
+
+    add_report_parser(sub)
+
     db = sub.add_parser("db", help="inspect, maintain and move the tuning history database")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True
@@ -146,9 +151,14 @@ def _run_tune(args: argparse.Namespace) -> int:
         trials=args.trials, db=args.db, out=args.out, evaluate=not args.no_evaluate, warm_start=args.warm_start,
         suggested=args.suggested, scheduler=args.scheduler, **{flag: getattr(args, flag) for flag in PROFILE_FLAGS},
     )
-    with RichProgress(quiet=args.quiet) as display:
-        summary = run_tune(options, sink=display)
+    try:
+        with RichProgress(quiet=args.quiet) as display:
+            summary = run_tune(options, sink=display)
+    except TuningInterrupted:
+        _report(options.out_dir)  # of what the interrupted run measured
+        raise
     display.print_summary(summary, options.out_dir)
+    _report(options.out_dir)
     return 0
 
 
@@ -164,6 +174,15 @@ def _skip_torch_unless_needed(args: argparse.Namespace) -> None:
     model = str(getattr(args, "model", "") or "")
     if "torch" not in sys.modules and not model.endswith(".pt2"):
         sys.modules["torch"] = None  # type: ignore[assignment] - `import torch` raises ImportError
+
+
+def _report(out_dir: Path) -> None:
+    """The run's HTML report; one warning line (never a failed tune) when it cannot be written."""
+    from .report import report_after_tune
+
+    page = report_after_tune(out_dir)
+    if page is not None:
+        print(f"report: {page}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

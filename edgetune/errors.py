@@ -91,6 +91,12 @@ class InventoryError(EdgetuneError, ValueError):
     exit_code = 2
 
 
+class ReportError(EdgetuneError, ValueError):
+    """``edgetune report`` was given a directory that is not a readable tune run, or cannot write the report."""
+
+    exit_code = 2
+
+
 class HistoryError(EdgetuneError, RuntimeError):
     """The history database cannot be opened, read or written."""
 

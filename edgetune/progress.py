@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -27,24 +28,23 @@ def _fmt_num(value: float | None, digits: int = 2) -> str:
 
 
 def _task_table(progress: TuneProgress) -> Table:
-    table = Table(title=f"edgetune: {progress.phase}", expand=False)
+    # Fits 80 columns with task names of up to ~35 characters: no vertical rules, the "failed"
+    # column only once a candidate failed, and a longer name folds rather than ending in "…".
+    failures = any(task.failed for task in progress.tasks)
+    table = Table(title=f"edgetune: {progress.phase}", expand=False, box=box.SIMPLE_HEAD)
     table.add_column("#", justify="right")
-    table.add_column("task")
+    table.add_column("task", overflow="fold")
     table.add_column("weight", justify="right")
     table.add_column("trials", justify="right")
-    table.add_column("failed", justify="right")
+    if failures:
+        table.add_column("failed", justify="right")
     table.add_column("best (us)", justify="right")
     table.add_column("GFLOPS", justify="right")
     for task in progress.tasks:
         trials = f"{task.previous_trials}+{task.trials}" if task.previous_trials else str(task.trials)
+        failed = [str(task.failed) if task.failed else ""] if failures else []
         table.add_row(
-            str(task.index),
-            task.name,
-            f"{task.weight:g}",
-            trials,
-            str(task.failed) if task.failed else "",
-            _fmt_us(task.best_sec),
-            _fmt_num(task.best_gflops),
+            str(task.index), task.name, f"{task.weight:g}", trials, *failed, _fmt_us(task.best_sec), _fmt_num(task.best_gflops)
         )
     return table
 

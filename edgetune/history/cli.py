@@ -7,6 +7,7 @@ Thin wrappers over :mod:`edgetune.history.maintenance`; every failure is a
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -229,25 +230,58 @@ def _run_suggest(args: argparse.Namespace) -> int:
     if not suggestions:
         console.print(f"{url}: no workload has {args.min_trials} or more records yet; nothing to suggest")
         return 0
-    table = Table(title=f"{url}: suggested settings per task type")
+    title = f"suggested settings per task type in {url}"
+    table = Table(title=title)
     for name in ("operator", "target", "workloads", "best found at", "of trials", "max_trials_per_task", "kmeans_distance_ratio"):
-        table.add_column(name)
+        table.add_column(name, max_width=40 if name == "kmeans_distance_ratio" else None)
     for s in suggestions:
         table.add_row(
             "+".join(s.operator), s.target, str(s.workloads), ", ".join(map(str, s.best_found_at)),
             ", ".join(map(str, s.trials)), str(s.max_trials_per_task), _ratio_text(s),
         )
-    console.print(table)
+    _print_fitting(console, table, lambda: _narrow_suggest(title, suggestions))
     return 0
+
+
+def _narrow_suggest(title: str, suggestions: list[Any]) -> Any:
+    """``db suggest`` for a narrow terminal: one row per task type, its settings as ``key = value`` lines."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=True, pad_edge=False)
+    longest = max(len("+".join(s.operator)) for s in suggestions)
+    table.add_column("task type, target, best found at", min_width=min(34, longest), overflow="fold")
+    table.add_column("suggested settings")
+    for s in suggestions:
+        n = s.workloads
+        found = ", ".join(f"{at} of {of}" for at, of in zip(s.best_found_at, s.trials))
+        operator = Text.assemble(
+            ("+".join(s.operator), "bold"), "\n", f"{s.target} · {n} workload{'s' if n != 1 else ''}", "\n",
+            (f"best at trial {found}", "dim"),
+        )
+        settings = Text(f"max_trials_per_task = {s.max_trials_per_task}\nkmeans_distance_ratio = {_ratio_value(s)}")
+        if s.kmeans_distance_ratio is not None:
+            settings.append(f"\nper workload ratio/windows: {_ratio_each(s)}", style="dim")
+        table.add_row(operator, settings)
+    return table
 
 
 def _ratio_text(suggestion) -> str:
     """The sampling column: the type's ratio, and each workload's (windows replayed)."""
     if suggestion.kmeans_distance_ratio is None:
         return "-"
-    value = "0 (off)" if suggestion.kmeans_distance_ratio == 0 else f"{suggestion.kmeans_distance_ratio:g}"
-    each = ", ".join(f"{r:g}/{w}w" for r, w in zip(suggestion.sampling_ratios, suggestion.sampling_windows))
-    return f"{value} (per workload ratio/windows: {each})"
+    return f"{_ratio_value(suggestion)} (per workload ratio/windows: {_ratio_each(suggestion)})"
+
+
+def _ratio_value(suggestion) -> str:
+    if suggestion.kmeans_distance_ratio is None:
+        return "-"
+    return "0 (off)" if suggestion.kmeans_distance_ratio == 0 else f"{suggestion.kmeans_distance_ratio:g}"
+
+
+def _ratio_each(suggestion) -> str:
+    return ", ".join(f"{r:g}/{w}w" for r, w in zip(suggestion.sampling_ratios, suggestion.sampling_windows))
 
 
 def _open(location: str, *, read_only: bool = False, create: bool = False):
@@ -269,13 +303,34 @@ def _latency(sec: float | None) -> str:
         return f"{sec:.3f} s"
     if sec >= 1e-3:
         return f"{sec * 1e3:.3f} ms"
-    return f"{sec * 1e6:.1f} us"
+    return f"{sec * 1e6:.1f} us" if sec >= 1e-5 else f"{sec * 1e6:.3f} us"  # not "0.0 us" for a 31 ns kernel
 
 
 def _console():
+    """stdout: the terminal's width (or $COLUMNS); 200 columns into a pipe or file, so logs keep whole rows."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    return Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200, highlight=False)
+
+
+def _print_fitting(console: Any, wide: Any, narrow: Any) -> None:
+    """The wide table when it fits the console at its natural width, else the narrow one (``narrow()`` builds it).
+
+    Below that width rich would squeeze every column, cutting names with an
+    ellipsis and dates mid-way; the narrow tables stack fields instead.
+    """
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(10_000), wide).maximum
+    console.print(wide if natural <= console.width else narrow())
+
+
+def _when(first: float, last: float) -> str:
+    """First and last date on two lines; the second without the day when it is the same day."""
+    start, end = _date(first), _date(last)
+    if start == end:
+        return start
+    return f"{start}\nto {end[11:] if end[:10] == start[:10] else end}"
 
 
 def _run_stats(args: argparse.Namespace) -> int:
@@ -293,20 +348,42 @@ def _run_stats(args: argparse.Namespace) -> int:
     if not groups:
         console.print(f"{url}: no tuning records")
         return 0
-    table = Table(title=f"{url}: {sum(g.count for g in groups)} records, {len(groups)} task/target groups")
+    # the counts first: a long URL wraps onto its own line, never through them
+    title = f"{sum(g.count for g in groups)} records, {len(groups)} task/target groups in {url}"
+    table = Table(title=title)
     for name, justify in (
         ("task", "left"), ("args", "left"), ("target", "left"), ("records", "right"),
         ("ok", "right"), ("failed", "right"), ("best", "right"), ("first (UTC)", "left"),
         ("last (UTC)", "left"), ("boards", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        # arguments wrap at 45 columns (at commas), so that a wide terminal shows the wide table
+        table.add_column(name, justify=justify, max_width=45 if name == "args" else None)  # type: ignore[arg-type]
     for g in groups:
         table.add_row(
             g.task, g.args, g.target, str(g.count), str(g.successful), str(g.failed),
             _latency(g.best_sec), _date(g.first), _date(g.last), ", ".join(b or "-" for b in g.boards),
         )
-    console.print(table)
+    _print_fitting(console, table, lambda: _narrow_stats(title, groups))
     return 0
+
+
+def _narrow_stats(title: str, groups: list[Any]) -> Any:
+    """``db stats`` for a narrow terminal: task, arguments and target stacked in one column, dates on two lines."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=True, pad_edge=False)
+    table.add_column("task / arguments / target, boards")
+    table.add_column("records", justify="right", no_wrap=True)
+    table.add_column("best", justify="right", no_wrap=True)
+    table.add_column("measured (UTC)", no_wrap=True)
+    for g in groups:
+        boards = ", ".join(b or "-" for b in g.boards)
+        cell = Text.assemble((g.task, "bold"), "\n", (g.args, "dim"), "\n", f"{g.target} · {boards}")
+        records = f"{g.count}\n{g.failed} failed" if g.failed else str(g.count)
+        table.add_row(cell, records, _latency(g.best_sec), _when(g.first, g.last))
+    return table
 
 
 def _run_dedupe(args: argparse.Namespace) -> int:

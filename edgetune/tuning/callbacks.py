@@ -6,6 +6,7 @@ import json
 import math
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,7 @@ class RecordAndReport(PyMeasureCallback):
             "mean_us": round(adaptive.mean_sec * 1e6, 3),
             "recorded": run_secs is not None,
             "board": board,
+            "time": round(time.time(), 3),  # Unix time: which session timed it (edgetune report)
         }
         with open(self.measurement_log, "a") as handle:
             handle.write(json.dumps(line) + "\n")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tvm
 import tvm.s_tir.meta_schedule as ms
+import tvm_ffi
 
 from .. import __version__
 from ..board.base import Board, board_for
@@ -57,7 +58,7 @@ from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
 from .settings import MEASUREMENT_LOG, check_combined_settings, measurement_summary, suggested_settings, with_applied
 from .signals import StopRequested, StopSignal, stop_on_signals
-from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TaskResult, TrialCounts, TuneSummary
+from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TaskResult, TrialCounts, TuneSummary, append_session
 
 #: MetaSchedule's own task schedulers: they cannot be told to await each batch's measurements
 
@@ -369,6 +370,7 @@ class TuningPipeline:
             summary = self.summarize(run)
             if run.interrupted:
                 summary.write(out_dir)
+                append_session(out_dir, summary)
                 reason = getattr(run.callbacks[0], "stop_reason", None) if run.callbacks else None
                 raise TuningInterrupted(
                     ("stopped: " + reason.split(": ", 1)[-1] + "; " if reason else "interrupted: ")
@@ -383,6 +385,7 @@ class TuningPipeline:
                 self.sink.on_phase(run.progress)
                 summary.end_to_end = evaluate_end_to_end(model, self.profile, target, history, address, out_dir)
             summary.write(out_dir)
+            append_session(out_dir, summary)
             return summary
 
     def tune(self, run: _Run) -> None:
@@ -535,7 +538,10 @@ class TuningPipeline:
             warm_start={"scope": self.options.warm_start, **run.warm.to_dict()},
             suggested=with_applied(run.suggested, run.search_report, run.contexts),
             interrupted=run.interrupted,
-            tasks=[_task_result(t, _kept_default(run, i), run.task_caps.get(t.name)) for i, t in enumerate(progress.tasks)],
+            tasks=[
+                _task_result(t, _kept_default(run, i), run.task_caps.get(t.name), str(tvm_ffi.structural_hash(run.contexts[i].mod)))
+                for i, t in enumerate(progress.tasks)
+            ],
             curve=[point.to_dict() for point in progress.curve],
         )
 
@@ -564,7 +570,7 @@ def _kept_default(run: _Run, index: int) -> bool:
     return best is not None and is_default_trace(best.trace)
 
 
-def _task_result(task: TaskProgress, kept_default: bool, cap: int | None) -> TaskResult:
+def _task_result(task: TaskProgress, kept_default: bool, cap: int | None, workload_hash: str = "") -> TaskResult:
     return TaskResult(
         index=task.index,
         name=task.name,
@@ -578,6 +584,7 @@ def _task_result(task: TaskProgress, kept_default: bool, cap: int | None) -> Tas
         default_latency_us=None if task.default_sec is None else task.default_sec * 1e6,
         kept_default=kept_default,
         trial_cap=cap,
+        workload_hash=workload_hash,
     )
 
 

@@ -3,6 +3,8 @@
 The CLI's report, ``edgetune deploy`` and the benchmarks read it through
 :class:`TuneSummary` (``TuneSummary.load(path)`` for a run directory), so a
 field is named once. ``to_dict()`` gives the JSON layout, which is stable.
+``sessions.jsonl`` keeps every session's summary of a resumed run (summary.json
+holds the last); ``edgetune report`` reads both.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 SUMMARY_NAME = "summary.json"
+#: one line per ``edgetune tune`` session in the run directory: that session's summary (summary.json keeps the last)
+SESSIONS_NAME = "sessions.jsonl"
 
 
 @dataclass
@@ -76,6 +80,7 @@ class TaskResult:
     default_latency_us: float | None = None  # the untuned code of this task, measured as the first candidate
     kept_default: bool = False  # no tuned candidate beat the untuned code: the delivered model keeps it
     trial_cap: int | None = None  # a minor task (tuning.minor_task_share): at most this many measured
+    workload_hash: str = ""  # structural hash of the task's module, as the history stores it (its workload shash)
 
 
 @dataclass
@@ -177,6 +182,28 @@ class TuneSummary:
         if path.is_dir():
             path = path / SUMMARY_NAME
         return cls.from_dict(json.loads(path.read_text()))
+
+
+def append_session(out_dir: Path, summary: TuneSummary) -> Path:
+    """Keep this session's summary in ``sessions.jsonl``: a resumed run's earlier sessions stay readable."""
+    path = Path(out_dir) / SESSIONS_NAME
+    with open(path, "a") as handle:
+        handle.write(json.dumps(summary.to_dict(), default=str) + "\n")
+    return path
+
+
+def load_sessions(run_dir: Path) -> list[TuneSummary]:
+    """Every session's summary from ``sessions.jsonl``, oldest first; an unreadable line is skipped."""
+    path = Path(run_dir) / SESSIONS_NAME
+    if not path.exists():
+        return []
+    sessions = []
+    for line in path.read_text().splitlines():
+        try:
+            sessions.append(TuneSummary.from_dict(json.loads(line)))
+        except (ValueError, TypeError, AttributeError):
+            continue  # a line cut short by a crash, or written by hand
+    return sessions
 
 
 def _build(kind: type, data: dict[str, Any]) -> Any:

@@ -15,7 +15,7 @@ from .data import RunData, Session
 
 TRIALS_LABEL = {"history": "trials: the history's records of the model's tasks", "summary": "trials, as the sessions counted them"}
 SESSION_LINE = {"color": "0.45", "linestyle": ":", "linewidth": 1.2}
-STOPPED_BY_COLORS = {"cv": "tab:blue", "cap": "tab:red"}
+STOPPED_BY_COLORS = {"cv": "tab:blue", "budget": "tab:orange", "cap": "tab:red"}
 TIME_PARTS = (  # (label, colour) of the stacked bars, in order
     ("device: timing candidates", "tab:blue"),
     ("upload to the device", "tab:cyan"),
@@ -226,7 +226,12 @@ def runs_figure(data: RunData) -> Figure | None:
 
 
 def _stopped_by_label(kind: str) -> str:
-    return {"cv": "stopped: throughput CV low enough", "cap": "stopped: run cap reached"}.get(kind, f"stopped: {kind}")
+    labels = {
+        "cv": "stopped: throughput CV low enough",
+        "budget": "stopped: device-time budget spent (measure.budget_ms)",
+        "cap": "stopped: run cap reached",
+    }
+    return labels.get(kind, f"stopped: {kind}")
 
 
 def _mark_measurement_sessions(ax: Any, lines: list[dict[str, Any]]) -> None:

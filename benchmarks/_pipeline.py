@@ -41,13 +41,19 @@ def bench_profile(name: str = "host", *, target: dict[str, Any] | None = BENCH_T
     """Profile ``name`` with ``sections`` merged key by key (``tuning={"cost_model": "xgb"}``), then ``target``.
 
     The overrides are validated like a profile file; ``target`` (None keeps
-    the profile's) replaces the ``[target]`` table as a whole.
+    the profile's) replaces the ``[target]`` table as a whole. A peak GFLOPS
+    the profile estimated for this machine's CPU (``mcpu = "native"``) does
+    not describe another target's code, so it is dropped with it (unknown, as
+    in the earlier figures).
     """
     profile = load_profile(name)
     if sections:
         profile = profile.with_overrides(**sections)
     if target is not None:
-        profile = dataclasses.replace(profile, target=dict(target))
+        device = profile.device
+        if "device.peak_gflops" in profile.resolved and "peak_gflops" not in sections.get("device", {}):
+            device = dataclasses.replace(device, peak_gflops=None)
+        profile = dataclasses.replace(profile, target=dict(target), device=device)
     return profile
 
 

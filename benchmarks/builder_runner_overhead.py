@@ -13,6 +13,14 @@ timing settings, on the same loopback RPC board, one after the other:
   window) and ``TrackerRunner``; ``load_tensor_intrinsics(target)`` before the
   ``TuneContext``s are created.
 
+Both are runs of edgetune's tuning pipeline (``edgetune.tuning.run_tune``,
+what ``edgetune tune --tracker HOST:PORT --key KEY`` runs) on profile
+``--profile`` (``host``) with the earlier figures' settings (generic ``llvm``
+target, stock evolutionary search, no untuned default-schedule trial, no
+transfer); stock passes MetaSchedule's builder, runner and search strategy in
+through ``Components`` and skips edgetune's tensor intrinsics, so the
+pipeline's history, callbacks and scheduler are the same for both.
+
 Each configuration runs in its own Python process (``--one stock|edgetune``),
 so edgetune's partial tensor-intrinsic import and stock's full one cannot
 affect each other. The parent starts one ``LocalBoard``, runs the children
@@ -22,9 +30,9 @@ min-max over seeds of
     host overhead per measured candidate
         = (tuning wall clock - device seconds) / measured candidates
 
-where the tuning wall clock runs from just before the builder, runner and
-TuneContexts are created to the return of ``ms.tune_tasks`` (task extraction,
-identical for both, is outside it), and device seconds are, for both sides,
+where the tuning wall clock is that of ``run_tune`` (stock's builder and runner
+are created inside it; task extraction, identical for both, is outside it),
+and device seconds are, for both sides,
 sum over valid candidates of repeat x max(min_repeat_ms, number x mean(run_secs))
 (TVM raises ``number`` until one repeat lasts ``min_repeat_ms``; warm-up runs are
 not counted, so this is still a lower bound).
@@ -74,8 +82,9 @@ def _progress(label: str, started: float, message: str) -> None:
     print(f"{PROGRESS_PREFIX}[{label}] {message} (elapsed {time.perf_counter() - started:.0f} s)", flush=True)
 
 
-def _make_tasks(target: Any) -> list[tuple[str, Any]]:
-    """(name, mod) of the two tasks, built identically in both children."""
+def _make_tasks(target: Any) -> list[tuple[str, Any, int]]:
+    """(name, PrimFunc module, weight) of the two tasks, built identically in both children."""
+    import tvm
     from tvm import te
     from tvm.s_tir import meta_schedule as ms
 
@@ -86,7 +95,7 @@ def _make_tasks(target: Any) -> list[tuple[str, Any]]:
     b = te.placeholder((n, n), "float32", name="B")
     k = te.reduce_axis((0, n), name="k")
     c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    matmul = te.create_prim_func([a, b, c])
+    matmul = tvm.IRModule({"main": te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")})
 
     model = load_model("demo:tiny-cnn")
     extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(model.mod, target), target)
@@ -94,11 +103,51 @@ def _make_tasks(target: Any) -> list[tuple[str, Any]]:
     if not convs:
         raise SystemExit(f"no task named *conv2d1* in demo:tiny-cnn: {[t.task_name for t in extracted]}")
     conv = convs[0]
-    return [("matmul64", matmul), (conv.task_name, conv.dispatched[0])]
+    return [("matmul64", matmul, 1), (conv.task_name, conv.dispatched[0], 1)]
+
+
+def child_profile(args: argparse.Namespace) -> Any:
+    """The profile both configurations share: search, budget and timing as the earlier figures."""
+    from _pipeline import AS_BEFORE, STOCK_SEARCH, bench_profile
+
+    tuning = {
+        **AS_BEFORE, **STOCK_SEARCH, "cost_model": "xgb", "seed": args.seed, "num_trials_per_iter": 8,
+        "task_scheduler": "round-robin", "max_trials_per_task": args.trials_per_task,
+    }
+    return bench_profile(
+        args.profile, tuning=tuning,
+        measure={"evaluator": "fixed", "number": args.number, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms},
+        rpc={"key": args.key, "session_timeout_sec": args.session_timeout},
+        build={"timeout_sec": args.edgetune_builder_timeout},
+    )
+
+
+def stock_components(args: argparse.Namespace, host: str, port: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stock MetaSchedule's builder, runner and search, for :class:`edgetune.tuning.Components`; and what to report."""
+    from tvm.s_tir import meta_schedule as ms
+
+    builder_kwargs = {} if args.stock_builder_timeout is None else {"timeout_sec": args.stock_builder_timeout}
+    builder = ms.builder.LocalBuilder(**builder_kwargs)
+    runner = ms.runner.RPCRunner(
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=host, tracker_port=int(port), tracker_key=args.key, session_timeout_sec=args.session_timeout,
+        ),
+        evaluator_config=ms.runner.EvaluatorConfig(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms),
+    )
+    # stock TuneContexts: MetaSchedule's population of 512, all of tvm.s_tir.tensor_intrin imported by the space generator
+    components = {"builder": builder, "runner": runner, "search_strategy": "evolutionary", "load_intrinsics": False}
+    return components, {"stock_builder_timeout_sec": builder.timeout_sec, "population_size": 512}
 
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
-    """Tune both tasks with one configuration; return the measurements."""
+    """Tune both tasks with one configuration through ``run_tune``; return the measurements.
+
+    Both configurations are the product's pipeline on a board reached through
+    the parent's tracker (``edgetune tune --tracker HOST:PORT --key KEY``);
+    stock passes MetaSchedule's builder, runner and search strategy in
+    through :class:`~edgetune.tuning.Components` and skips edgetune's tensor
+    intrinsics, edgetune keeps the profile's.
+    """
     label = f"{args.one} seed {args.seed}"
     t_process = time.perf_counter()
     import logging
@@ -108,11 +157,13 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
+    from edgetune.tuning import Components, ProgressSink, TuneOptions, run_tune
+
     host, _, port = args.tracker.rpartition(":")
-    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
-    tasks = _make_tasks(target)
+    profile = child_profile(args)
+    tasks = _make_tasks(profile.tvm_target())
     extract_seconds = time.perf_counter() - t_process
-    _progress(label, t_process, f"tasks ready: {', '.join(n for n, _ in tasks)}")
+    _progress(label, t_process, f"tasks ready: {', '.join(n for n, _, _ in tasks)}")
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 
     batches: list[dict[str, Any]] = []
@@ -147,109 +198,59 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
                 f"{timeouts} builder timeouts, {len(cands) - valid - timeouts} other errors",
             )
 
+    class Phases(ProgressSink):
+        """When each phase of the run began (perf_counter)."""
+
+        def __init__(self) -> None:
+            self.began: dict[str, float] = {}
+
+        def on_phase(self, progress: Any) -> None:
+            self.began.setdefault(progress.phase, time.perf_counter())
+
     number, repeat, min_repeat_ms = args.number, args.repeat, args.min_repeat_ms
     work_dir = tempfile.mkdtemp(prefix=f"bro-{args.one}-{args.seed}-")
     out: dict[str, Any] = {"config": args.one, "seed": args.seed}
-    builder = runner = None
+    phases = Phases()
 
-    # ---- timed window starts: builder, runner, TuneContexts, tune_tasks ----
+    # ---- timed window starts: components, the pipeline's set-up (TuneContexts...), tune_tasks ----
     t_tune = time.perf_counter()
-    if args.one == "edgetune":
-        from edgetune.board.rpc_tracker import TrackerAddress
-        from edgetune.builder.builder import WarmBuilder
-        from edgetune.builder.intrinsics import load_tensor_intrinsics
-        from edgetune.measure.runner import MeasureConfig, TrackerRunner
-
-        load_tensor_intrinsics(target)
-        builder = WarmBuilder(timeout_sec=args.edgetune_builder_timeout)
-        t0 = time.perf_counter()
-        builder.start()
-        out["builder_start_seconds"] = time.perf_counter() - t0
-        runner = TrackerRunner(
-            TrackerAddress(host, int(port), args.key),
-            config=MeasureConfig(evaluator="fixed", number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
-            session_timeout_sec=args.session_timeout,
-        )
-    else:
-        builder_kwargs = {} if args.stock_builder_timeout is None else {"timeout_sec": args.stock_builder_timeout}
-        builder = ms.builder.LocalBuilder(**builder_kwargs)
-        out["stock_builder_timeout_sec"] = builder.timeout_sec
-        runner = ms.runner.RPCRunner(
-            rpc_config=ms.runner.RPCConfig(
-                tracker_host=host,
-                tracker_port=int(port),
-                tracker_key=args.key,
-                session_timeout_sec=args.session_timeout,
-            ),
-            evaluator_config=ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
-        )
-    if args.one == "edgetune":
-        # edgetune as a user gets it: evolution sized to the batch (see edgetune.search.factory)
-        from edgetune.search import make_search_strategy
-
-        def strategy() -> Any:  # one per task: a strategy object holds its task's search state
-            return make_search_strategy("evolutionary", num_trials_per_iter=8)
-
-        out["population_size"] = int(strategy().population_size)
-    else:
-        def strategy() -> Any:
-            return "evolutionary"
-
-        out["population_size"] = 512
-    t0 = time.perf_counter()
-    contexts = [
-        ms.TuneContext(
-            mod=mod,
-            target=target,
-            space_generator="post-order-apply",
-            search_strategy=strategy(),
-            task_name=name,
-            num_threads=2,
-            rand_state=args.seed,
-        )
-        for name, mod in tasks
-    ]
-    out["tune_context_seconds"] = time.perf_counter() - t0
-    out["setup_seconds"] = time.perf_counter() - t_tune
-    _progress(label, t_process, f"set up in {out['setup_seconds']:.1f} s; tuning {len(tasks)} tasks x {args.trials_per_task} trials")
-    per_task = args.trials_per_task
-    ms.tune_tasks(
-        tasks=contexts,
-        task_weights=[1.0] * len(contexts),
-        work_dir=work_dir,
-        max_trials_global=per_task * len(contexts),
-        max_trials_per_task=per_task,
-        num_trials_per_iter=8,
-        builder=builder,
-        runner=runner,
-        database=ms.database.MemoryDatabase(),
-        cost_model="xgb",
-        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), Recorder()],
-        task_scheduler="round-robin",
+    swapped: dict[str, Any] = {}
+    if args.one == "stock":
+        swapped, facts = stock_components(args, host, port)
+        out.update(facts)
+    components = Components(tasks=tasks, measure_callbacks=[Recorder()], **swapped)
+    options = TuneOptions(
+        profile=profile, model=None, out_dir=Path(work_dir), tracker=f"{host}:{port}", key=args.key,
+        trials=args.trials_per_task * len(tasks), evaluate=False, warm_start="off",
     )
+    _progress(label, t_process, f"tuning {len(tasks)} tasks x {args.trials_per_task} trials through run_tune")
+    summary = run_tune(options, sink=phases, components=components)
     wall = time.perf_counter() - t_tune
     # ---- timed window ends ----
 
-    if args.one == "edgetune":
-        out["edgetune_runner_stats"] = {
-            "measured": runner.stats.measured,
-            "failed": runner.stats.failed,
-            "device_seconds": runner.stats.device_seconds,
-            "upload_seconds": runner.stats.upload_seconds,
-            "session_seconds": runner.stats.session_seconds,
-        }
-        out["edgetune_builder_stats"] = {
-            "built": builder.stats.built,
-            "failed": builder.stats.failed,
-            "timed_out": builder.stats.timed_out,
-            "build_seconds": builder.stats.build_seconds,
-        }
-        builder.close()
-        runner.close()
-
+    out["tune_tasks_seconds"] = summary.seconds.tuning_wall
+    out["setup_seconds"] = wall - summary.seconds.tuning_wall
     cands = [c for b in batches for c in b["candidates"]]
     valid = [c for c in cands if c["run_secs"] is not None]
     build_timeouts = sum(_is_build_timeout(c) for c in cands)
+    if args.one == "edgetune":
+        started = phases.began.get("starting build workers")
+        out["builder_start_seconds"] = phases.began["tuning"] - started if started and "tuning" in phases.began else None
+        out["population_size"] = summary.search.population_size
+        out["edgetune_runner_stats"] = {
+            "measured": summary.trials.measured_on_device,
+            "failed": sum(c["run_error"] is not None for c in cands),
+            "device_seconds": summary.seconds.device,
+            "upload_seconds": summary.seconds.upload,
+            "session_seconds": summary.seconds.session,
+        }
+        out["edgetune_builder_stats"] = {
+            "built": sum(c["build_error"] is None for c in cands),
+            "failed": sum(c["build_error"] is not None and not _is_build_timeout(c) for c in cands),
+            "timed_out": summary.trials.build_timeouts,
+            "build_seconds": summary.seconds.build,
+        }
+
     # TVM raises `number` until one repeat lasts min_repeat_ms, so each repeat
     # keeps the device busy for at least max(min_repeat_ms, number x mean)
     device = sum(repeat * max(min_repeat_ms / 1e3, number * float(np.mean(c["run_secs"]))) for c in valid)
@@ -258,10 +259,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     out.update(
         {
             "tvm_version": tvm.__version__,
-            "tasks": [name for name, _ in tasks],
+            "tasks": [name for name, _, _ in tasks],
             "extract_seconds": extract_seconds,
             "wall_seconds": wall,
-            "tune_tasks_seconds": wall - out["setup_seconds"],
             "batches": len(batches),
             "attempted": len(cands),
             "measured": len(valid),
@@ -275,7 +275,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
             "best_ms": {
                 name: min((1e3 * float(np.mean(c["run_secs"])) for b in batches if b["task"] == name
                            for c in b["candidates"] if c["run_secs"] is not None), default=None)
-                for name, _ in tasks
+                for name, _, _ in tasks
             },
             "tensor_intrin": (
                 "not imported" if package is None
@@ -301,9 +301,9 @@ def _is_build_timeout(candidate: dict[str, Any]) -> bool:
 # ---------------------------------------------------------------------------
 def _kill_group(process: subprocess.Popen) -> None:
     """Stop a child's whole process group (its TVM popen workers too)."""
-    from edgetune.board.local import stop_process_group
+    from edgetune.common.process import stop_group
 
-    stop_process_group(process)
+    stop_group(process)
 
 
 def run_child(config: str, seed: int, tracker: str, args: argparse.Namespace, log_dir: Path, t_start: float) -> dict[str, Any] | None:
@@ -312,7 +312,7 @@ def run_child(config: str, seed: int, tracker: str, args: argparse.Namespace, lo
         "--seed", str(seed), "--trials-per-task", str(args.trials_per_task),
         "--number", str(args.number), "--repeat", str(args.repeat), "--min-repeat-ms", str(args.min_repeat_ms),
         "--session-timeout", str(args.session_timeout),
-        "--edgetune-builder-timeout", str(args.edgetune_builder_timeout),
+        "--edgetune-builder-timeout", str(args.edgetune_builder_timeout), "--profile", args.profile,
     ]
     if args.stock_builder_timeout is not None:
         cmd += ["--stock-builder-timeout", str(args.stock_builder_timeout)]
@@ -707,18 +707,20 @@ Reproduce:
 
 Setup: the same two tasks for both (64x64 float32 matmul PrimFunc; `{results['stock'][0]['tasks'][1]}` from `demo:tiny-cnn`),
 target `{{"kind": "llvm", "num-cores": 2}}`, {a.trials_per_task} trials per task ({2 * a.trials_per_task} in total), 8 candidates
-per batch, evolutionary search, xgb cost model, round-robin scheduler, `MemoryDatabase`, seeds {seeds}
+per batch, evolutionary search, xgb cost model, round-robin scheduler, a fresh SQLite history, seeds {seeds}
 (TuneContext `rand_state`); timing number={a.number}, repeat={a.repeat}, min_repeat_ms={a.min_repeat_ms};
 one loopback `LocalBoard` (tracker + RPC server, key `{a.key}`) shared by both. Each configuration runs in
-its own process, order alternating by seed.
+its own process, order alternating by seed, and is a run of edgetune's tuning pipeline (`run_tune` with
+`--tracker`/`--key`, profile `{getattr(a, 'profile', 'host')}`, no untuned default-schedule trial, no transfer); stock's
+builder, runner and search strategy are passed in through `Components`.
 - stock: `ms.builder.LocalBuilder()` (timeout {stock_timeout} s), `ms.runner.RPCRunner` (session timeout {a.session_timeout:g} s), stock `TuneContext`.
 - edgetune: `WarmBuilder(timeout_sec={a.edgetune_builder_timeout:g})` (start-up inside the timed window, also shown on its own),
   `TrackerRunner`, `load_tensor_intrinsics(target)` before the `TuneContext`s, and its evolutionary
   search sized to the batch (`edgetune.search.make_search_strategy`: population 8 x batch, 64..512, MetaSchedule's own ratio at its 64-candidate default batch;
   stock evolves 512 programs per batch whatever its size).
 
-Tuning wall clock = from creating builder, runner and TuneContexts to the return of `ms.tune_tasks`
-(task extraction, the same for both, excluded). Device seconds = sum over valid candidates of
+Tuning wall clock = `run_tune`'s (history, TuneContexts, builder and runner, `ms.tune_tasks`, summary;
+task extraction, the same for both, excluded); set-up = all of it but the tuning loop. Device seconds = sum over valid candidates of
 repeat x max(min_repeat_ms, number x mean(run_secs)), the same formula for both (TVM raises `number`
 until a repeat lasts min_repeat_ms; warm-up runs are not counted, so it is a lower bound). Host overhead per measured candidate = (wall clock - device seconds) / measured
 candidates. Builder-timeout losses = builder errors containing "timeout" (case-insensitive: stock says
@@ -762,6 +764,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--edgetune-builder-timeout", type=float, default=60.0, help="WarmBuilder timeout_sec (default 60)")
     p.add_argument("--child-timeout", type=float, default=1800.0, help="kill a configuration run after this many s")
     p.add_argument("--key", default="local", help="device key of the loopback board")
+    p.add_argument("--profile", default="host", help="device profile both configurations run on (default host)")
     p.add_argument("--report-from", metavar="DIR", help="no run: rebuild the report from DIR/results.json and DIR/meta.json")
     # internal: run one configuration in this process
     p.add_argument("--one", choices=CONFIGS, help=argparse.SUPPRESS)

@@ -17,13 +17,22 @@ loopback tracker + RPC server, for every configuration and seed:
   adaptive-cv3 adaptive with a 3 % CV threshold
   all-cv3      all with a 3 % CV threshold
 
-Every configuration shares edgetune's builder and runner and the same
-evolutionary population (sized to the batch), so the differences are the
-components. Reported per configuration: candidates measured, device seconds
-(inside the remote timing calls), wall clock, and the best candidate's
-latency re-measured at the end with one common fixed evaluator (number=20,
-repeat=5, min_repeat_ms=20), so a noisier evaluator cannot flatter itself.
-Configurations are interleaved per task and seed so machine noise hits all.
+Every configuration is a run of edgetune's tuning pipeline
+(``edgetune.tuning.run_tune``, what ``edgetune tune`` runs) on profile
+``--profile`` (``host``) and the target of the earlier figures (generic
+``llvm``, 2 cores), one task of the model (``TuneOptions.task_names``), a
+fresh history, no warm start, and only the compared settings changed:
+``tuning.cost_model``/``sampler``/``early_stop``/``exploration`` and the
+``[measure]`` table (evaluator and its settings). The board is one loopback
+tracker + RPC server (1 thread) shared by every run. As when the figures
+were first measured, the runs measure no untuned default schedule and
+transfer no seeds (``tuning.default_schedule = false``,
+``tuning.transfer = "off"``). Reported per configuration: candidates
+measured, device seconds (inside the remote timing calls), tuning wall clock,
+and the best candidate's latency re-measured at the end with one common fixed
+evaluator (number=20, repeat=5, min_repeat_ms=20), so a noisier evaluator
+cannot flatter itself. Configurations are interleaved per task and seed so
+machine noise hits all.
 
 Usage::
 
@@ -35,33 +44,28 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tvm
 import tvm.s_tir.meta_schedule as ms
 
+from _pipeline import AS_BEFORE, bench_profile, fresh_dir, shared_board
 from _results import write_section
-from edgetune.board.local import LocalBoard
 from edgetune.builder.builder import WarmBuilder
-from edgetune.builder.intrinsics import load_tensor_intrinsics
+from edgetune.common.failure import is_failed
+from edgetune.history import open_history
 from edgetune.measure.runner import TrackerRunner
-from edgetune.profile.schema import MeasureSettings, TuningSettings
-from edgetune.search import make_cost_model, make_search_strategy
-from edgetune.search.strategy import SearchReport
-from edgetune.tasks import load_model, prepare_for_tuning
+from edgetune.profile.schema import MeasureSettings
+from edgetune.tuning import TuneOptions, run_tune
 
-TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 MARK = "measurement_reduction"
 BATCH = 8
 
@@ -72,92 +76,76 @@ TASKS = (
     ("mobilenetv2 depthwise 3x3 96ch s2", "demo:mobilenetv2@64", "fused_conv2d4_add3_maximum2_minimum2"),
 )
 
-STOCK_MEASURE = MeasureSettings(evaluator="fixed", number=3, repeat=1, min_repeat_ms=100)
-ADAPTIVE_MEASURE = MeasureSettings(evaluator="adaptive", cv_threshold=0.10)  # the paper's threshold
-ADAPTIVE_TIGHT = MeasureSettings(evaluator="adaptive", cv_threshold=0.03)
+#: [measure] overrides of each configuration
+STOCK_MEASURE = {"evaluator": "fixed", "number": 3, "repeat": 1, "min_repeat_ms": 100}
+ADAPTIVE_MEASURE = {"evaluator": "adaptive", "cv_threshold": 0.10}  # the paper's threshold
+ADAPTIVE_TIGHT = {"evaluator": "adaptive", "cv_threshold": 0.03}
 FINAL_MEASURE = MeasureSettings(evaluator="fixed", number=20, repeat=5, min_repeat_ms=20)
-OFF = dict(sampler="none", early_stop="none", exploration="fixed", cost_model="xgb")
+OFF = {"sampler": "none", "early_stop": "none", "exploration": "fixed", "cost_model": "xgb"}
+ALL = {"sampler": "kmeans", "early_stop": "adaptive", "exploration": "contextual", "cost_model": "rf"}
 
-#: name -> (tuning overrides, measure settings)
-CONFIGS: dict[str, tuple[dict[str, Any], MeasureSettings]] = {
+#: name -> ([tuning] overrides, [measure] overrides)
+CONFIGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "stock": (OFF, STOCK_MEASURE),
     "adaptive": (OFF, ADAPTIVE_MEASURE),
     "kmeans": ({**OFF, "sampler": "kmeans"}, STOCK_MEASURE),
     "early-stop": ({**OFF, "early_stop": "adaptive"}, STOCK_MEASURE),
     "rf-ei": ({**OFF, "cost_model": "rf", "exploration": "contextual"}, STOCK_MEASURE),
-    "all": ({"sampler": "kmeans", "early_stop": "adaptive", "exploration": "contextual", "cost_model": "rf"}, ADAPTIVE_MEASURE),
+    "all": (ALL, ADAPTIVE_MEASURE),
     "adaptive-cv3": (OFF, ADAPTIVE_TIGHT),
-    "all-cv3": ({"sampler": "kmeans", "early_stop": "adaptive", "exploration": "contextual", "cost_model": "rf"}, ADAPTIVE_TIGHT),
+    "all-cv3": (ALL, ADAPTIVE_TIGHT),
 }
 
 
-def load_tasks() -> list[tuple[str, Any]]:
-    found = []
-    models: dict[str, Any] = {}
-    for label, spec, name in TASKS:
-        if spec not in models:
-            prepared = prepare_for_tuning(load_model(spec).mod, TARGET)
-            models[spec] = {t.task_name: t.dispatched[0] for t in ms.relax_integration.extract_tasks(prepared, TARGET)}
-        if name not in models[spec]:
-            raise SystemExit(f"task {name} not found in {spec}: {sorted(models[spec])}")
-        found.append((label, models[spec][name]))
-    return found
+def config_profile(name: str, config: str, seed: int) -> Any:
+    """The profile of one configuration: ``name`` with the configuration's settings, batches of ``BATCH``."""
+    tuning, measure = CONFIGS[config]
+    return bench_profile(
+        name,
+        tuning={**AS_BEFORE, **tuning, "seed": seed, "num_trials_per_iter": BATCH},
+        measure=measure,
+        device={"num_threads": 1},
+    )
 
 
-def tune_one(config: str, mod: Any, seed: int, budget: int, address: Any, builder: WarmBuilder) -> dict[str, Any]:
-    overrides, measure = CONFIGS[config]
-    tuning = dataclasses.replace(TuningSettings(), seed=seed, **overrides)
-    cost_model = make_cost_model(tuning.cost_model, seed=seed, num_cores=2)
-    report = SearchReport()
-    strategy = make_search_strategy(
-        "evolutionary", num_trials_per_iter=BATCH, tuning=tuning, surrogate=cost_model,
-        expected_trials_per_task=budget, report=report,
+def tune_one(config: str, spec: str, task: str, seed: int, args: argparse.Namespace, board: Any, builder: WarmBuilder) -> dict[str, Any]:
+    """One task tuned by the pipeline with ``config``'s settings; its counts and re-measured best."""
+    profile = config_profile(args.profile, config, seed)
+    options = TuneOptions(
+        profile=profile, model=spec, task_names=[task], out_dir=fresh_dir(f"mr-{config}-"), trials=args.budget,
+        evaluate=False, warm_start="off", board=board,
     )
-    ctx = ms.TuneContext(
-        mod=mod, target=TARGET, space_generator="post-order-apply", search_strategy=strategy,
-        task_name=config, num_threads=2, rand_state=seed,
-    )
-    database = ms.database.MemoryDatabase()
-    runner = TrackerRunner(address, config=measure)
-    started = time.monotonic()
-    try:
-        ms.tune_tasks(
-            tasks=[ctx], task_weights=[1.0], work_dir=tempfile.mkdtemp(prefix="mr-"),
-            max_trials_global=budget, max_trials_per_task=budget, num_trials_per_iter=BATCH,
-            builder=builder, runner=runner, database=database, cost_model=cost_model,
-            measure_callbacks=[
-                ms.measure_callback.AddToDatabase(), ms.measure_callback.RemoveBuildArtifact(),
-                ms.measure_callback.UpdateCostModel(),
-            ],
-            task_scheduler="gradient",
-        )
-    finally:
-        runner.close()
-    wall = time.monotonic() - started
-    best_us = remeasure_best(database, mod, address, builder)
-    task = report.to_dict()["tasks"]
+    summary = run_tune(options)
+    trials = summary.trials
+    reduction = (summary.measurement_reduction or {}).get("tasks") or []
     return {
-        "config": config, "seed": seed, "measured": runner.stats.measured, "failed": runner.stats.failed,
-        "device_s": runner.stats.device_seconds, "wall_s": wall, "best_us": best_us,
-        "runs_per_candidate": runner.stats.runs / runner.stats.measured if runner.stats.runs and runner.stats.measured else None,
-        "proposed": task[0]["proposed"] if task else runner.stats.measured + runner.stats.failed,
-        "stopped_early": bool(task and task[0]["stopped_early"]),
+        "config": config, "seed": seed, "measured": trials.measured_on_device, "failed": trials.failed,
+        "device_s": summary.seconds.device, "wall_s": summary.seconds.tuning_wall,
+        "best_us": remeasure_best(summary.history, profile, board, builder),
+        "runs_per_candidate": summary.measurement.get("mean_runs_per_candidate"),
+        "proposed": reduction[0]["proposed"] if reduction else trials.measured_on_device + trials.failed,
+        "stopped_early": bool(reduction and reduction[0]["stopped_early"]),
     }
 
 
-def remeasure_best(database: Any, mod: Any, address: Any, builder: WarmBuilder) -> float | None:
-    """The best record's latency (us) re-measured with FINAL_MEASURE."""
+def remeasure_best(history_url: str, profile: Any, board: Any, builder: WarmBuilder) -> float | None:
+    """The run's best record's latency (us) re-measured with FINAL_MEASURE (its history holds one task)."""
     from tvm.s_tir import Schedule
 
-    top = database.get_top_k(database.commit_workload(mod), 1)
-    if not top:
+    history = open_history(history_url, read_only=True)
+    try:
+        records = [r for r in history.get_all_tuning_records() if r.run_secs and not is_failed([float(x) for x in r.run_secs])]
+    finally:
+        history.close()
+    if not records:
         return None
-    sch = Schedule(mod)
-    top[0].trace.apply_to_schedule(sch, remove_postproc=False)
-    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, TARGET)])
+    best = min(records, key=lambda r: float(np.mean([float(x) for x in r.run_secs])))
+    sch = Schedule(best.workload.mod)
+    best.trace.apply_to_schedule(sch, remove_postproc=False)
+    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, profile.tvm_target())])
     if built.error_msg:
         return None
-    runner = TrackerRunner(address, config=FINAL_MEASURE)
+    runner = TrackerRunner(board.open(), config=FINAL_MEASURE)
     try:
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "llvm", args)])
@@ -174,6 +162,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=48, help="proposed candidates per task")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--profile", default="host", help="device profile the configurations change (default host)")
     parser.add_argument("--raw", type=Path, help="also write every row as JSON here")
     parser.add_argument("--from-raw", type=Path, help="report the rows of an earlier --raw file instead of running")
     parser.add_argument("--write-results", action="store_true")
@@ -185,17 +174,14 @@ def main() -> int:
         args.seeds = sorted({r["seed"] for r in rows})
         return _report(rows, args, float(rows[-1].get("elapsed_s", 0.0)))
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    load_tensor_intrinsics(TARGET)
-    tasks = load_tasks()
     rows: list[dict[str, Any]] = []
     started = time.time()
-    with LocalBoard(key="local", num_threads=1) as board, closing(WarmBuilder(timeout_sec=60)) as builder:
-        address = board.start()
+    with shared_board(config_profile(args.profile, "stock", 0)) as board, closing(WarmBuilder(timeout_sec=60)) as builder:
         builder.start()
         for seed in args.seeds:
-            for label, mod in tasks:
+            for label, spec, task in TASKS:
                 for config in args.configs:
-                    row = {"task": label, **tune_one(config, mod, seed, args.budget, address, builder)}
+                    row = {"task": label, **tune_one(config, spec, task, seed, args, board, builder)}
                     row["elapsed_s"] = time.time() - started
                     rows.append(row)
                     print(json.dumps(row), f"({time.time() - started:.0f} s)", flush=True)

@@ -5,14 +5,21 @@ network and cares about the *model's* latency as tuning goes on. For each seed
 and each scheduler (``gradient``: MetaSchedule's default, ``round-robin``, and
 edgetune's ``ucb``), the same architecture is tuned with the same total budget
 on one loopback tracker + RPC server; the order of the schedulers rotates with
-the seed. Everything else is edgetune's tuning stack as ``edgetune tune`` uses
-it (WarmBuilder, TrackerRunner with fixed timing, evolutionary search sized to
-the batch, XGBoost cost model, SQLite history).
+the seed. Every run is edgetune's tuning pipeline (``edgetune.tuning.run_tune``,
+what ``edgetune tune`` runs) on profile ``--profile`` (``host``) with only
+``tuning.task_scheduler`` changed between runs; the settings the earlier
+figures were measured with are profile overrides shared by all: the target
+(generic ``llvm``, 2 cores), stock evolutionary search (no sampling, early
+stop or contextual exploration), XGBoost, fixed timing (number 5, repeat 3,
+min_repeat_ms 20), batches of ``--batch``, no untuned default-schedule trial
+and no transferred seeds. On the embedded board the pipeline measures every
+batch before the next one is built, whichever the scheduler (see
+``edgetune.measure.awaiting``).
 
 Metric: model latency = sum over tasks of weight x best measured latency,
 after every measured candidate, against seconds since tuning started (defined
-once every task has a valid measurement). At the end the model is compiled
-with each run's history and its end-to-end latency measured on the board.
+once every task has a valid measurement). At the end the pipeline compiles
+the model with each run's history and measures it end to end on the board.
 
 Reported: time to reach within 5% of the best final model latency of all runs;
 time for each scheduler to reach the stock (gradient) scheduler's final
@@ -35,9 +42,7 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -46,124 +51,64 @@ import tvm
 import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 
+from _pipeline import AS_BEFORE, STOCK_SEARCH, TuningClock, bench_profile, fresh_dir, shared_board
 from _results import write_section
-from edgetune.board.local import LocalBoard
-from edgetune.builder.builder import WarmBuilder
-from edgetune.builder.intrinsics import load_tensor_intrinsics
-from edgetune.deploy.compile import compile_model, export_model, run_on_board
-from edgetune.history import open_history
-from edgetune.measure.runner import MeasureConfig, TrackerRunner
-from edgetune.profile import load_profile
-from edgetune.search import make_cost_model, make_search_strategy, make_task_scheduler
-from edgetune.tasks import load_model, prepare_for_tuning
+from edgetune.tuning import Components, TuneOptions, run_tune
 
-TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 HERE = Path(__file__).parent
 MARK = "task_scheduling"
 SCHEDULERS = ("gradient", "round-robin", "ucb")
+#: [measure] of every run: fixed timing, as the earlier figures
+MEASURE = {"evaluator": "fixed", "number": 5, "repeat": 3, "min_repeat_ms": 20}
 
 
 @derived_object
-class _Measured(ms.runner.PyRunnerFuture):
-    def __init__(self, result: Any) -> None:
+class ModelCurve(ms.measure_callback.PyMeasureCallback):
+    """Model latency (sum of weight x best) after every measured candidate, and the order of the batches."""
+
+    def __init__(self, clock: TuningClock) -> None:
         super().__init__()
-        self.value = result
+        self.clock = clock
+        self.best: dict[int, float] = {}
+        self.points: list[tuple[float, float]] = []
+        self.order: list[int] = []
 
-    def done(self) -> bool:
-        return True
-
-    def result(self) -> Any:
-        return self.value
-
-
-@derived_object
-class AwaitingRunner(ms.runner.PyRunner):
-    """Measures a batch before handing it back, so no scheduler times a batch while the host builds the next.
-
-    On the loopback board the "device" is this host's CPU. MetaSchedule's
-    round-robin always overlaps the next batch's search and build with the
-    last batch's timing, its gradient rule whenever it picks another task, and
-    edgetune's UCB waits on the embedded board: left alone, each scheduler's
-    latencies would be timed under a different load (the earlier runs of this
-    benchmark: gradient's final sums were 1.2-1.6x this one's, seed for seed).
-    """
-
-    def __init__(self, inner: Any) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def run(self, runner_inputs: list[Any]) -> list[Any]:
-        return [_Measured(future.result()) for future in self.inner.run(runner_inputs)]
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):  # noqa: D102
+        tasks = self.clock.progress.tasks
+        self.order.append(task_id)
+        for built, ran in zip(builder_results, runner_results):
+            if built.error_msg is None and ran.error_msg is None and ran.run_secs:
+                mean = float(np.mean([float(x) for x in ran.run_secs]))
+                self.best[task_id] = min(self.best.get(task_id, math.inf), mean)
+            total = sum(t.weight * self.best.get(t.index, math.inf) for t in tasks)
+            self.points.append((self.clock.elapsed(), total if math.isfinite(total) else math.nan))
 
 
-def extract(spec: str) -> tuple[Any, list[Any]]:
-    model = load_model(spec)
-    tasks = [
-        t
-        for t in ms.relax_integration.extract_tasks(prepare_for_tuning(model.mod, TARGET), TARGET)
-        if not t.mod.attrs.get("tirx.is_scheduled", False)
-    ]
-    return model, tasks
+def run_profile(args: argparse.Namespace, scheduler_name: str, seed: int) -> Any:
+    """The profile of one run: ``--profile`` with the benchmark's settings and ``scheduler_name``."""
+    tuning = {**AS_BEFORE, **STOCK_SEARCH, "cost_model": "xgb", "seed": seed, "num_trials_per_iter": args.batch}
+    return bench_profile(args.profile, tuning={**tuning, "task_scheduler": scheduler_name}, measure=MEASURE)
 
 
-def tune_once(model, extracted, address, scheduler_name: str, seed: int, trials: int, batch: int, work: Path) -> dict[str, Any]:
-    """One tuning run; returns its curve, allocation and end-to-end latency."""
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        extracted, work_dir=str(work / "logs"), strategy=make_search_strategy("evolutionary", num_trials_per_iter=batch),
-        num_threads=2, seed=seed,
+def tune_once(args: argparse.Namespace, board: Any, scheduler_name: str, seed: int) -> dict[str, Any]:
+    """One tuning run of the pipeline; returns its curve, allocation and end-to-end latency."""
+    clock = TuningClock()
+    curve = ModelCurve(clock)
+    options = TuneOptions(
+        profile=run_profile(args, scheduler_name, seed), model=args.model, out_dir=fresh_dir(f"sched-{scheduler_name}-{seed}-"),
+        trials=args.trials, warm_start="off", board=board,
     )
-    weights = [float(w) for w in weights]
-    n = len(contexts)
-    best = [math.inf] * n
-    trials_per_task = [0] * n
-    curve: list[tuple[float, float]] = []
-    order: list[int] = []
-    started = [0.0]
-
-    @derived_object
-    class Curve(ms.measure_callback.PyMeasureCallback):
-        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):  # noqa: D102
-            order.append(task_id)
-            for built, ran in zip(builder_results, runner_results):
-                trials_per_task[task_id] += 1
-                if built.error_msg is None and ran.error_msg is None and ran.run_secs:
-                    best[task_id] = min(best[task_id], float(np.mean([float(x) for x in ran.run_secs])))
-                total = sum(w * b for w, b in zip(weights, best))
-                curve.append((time.monotonic() - started[0], total if math.isfinite(total) else math.nan))
-
-    history = open_history(str(work / "history.db"), board_id="local")
-    # as `edgetune tune` on the embedded board: edgetune's schedulers await each batch (the board is this host's CPU)
-    scheduler = make_task_scheduler(scheduler_name, seed=seed, wait_for_results=True)
-    with closing(WarmBuilder(timeout_sec=60)) as builder:
-        runner = TrackerRunner(address, config=MeasureConfig(number=5, repeat=3, min_repeat_ms=20, evaluator="fixed"))
-        builder.start()
-        try:
-            started[0] = time.monotonic()
-            ms.tune_tasks(
-                tasks=contexts, task_weights=weights, work_dir=str(work / "logs"),
-                max_trials_global=trials, max_trials_per_task=trials, num_trials_per_iter=batch,
-                builder=builder, runner=AwaitingRunner(runner), database=history,
-                cost_model=make_cost_model("xgb", seed=seed, num_cores=2),
-                measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(), Curve()],
-                task_scheduler=scheduler,
-            )
-            wall = time.monotonic() - started[0]
-        finally:
-            runner.close()
-    decision = getattr(scheduler, "decision_seconds_", None) if scheduler_name not in ("gradient", "round-robin") else None
-    e2e_started = time.monotonic()
-    profile = load_profile("host")
-    artifact = export_model(compile_model(model.mod, TARGET, history), work / "model.so", profile)
-    inputs = [model.random_inputs(seed=0)[spec.name] for spec in model.inputs]
-    run = run_on_board(address, "cpu", artifact, inputs, number=10, repeat=5, min_repeat_ms=50)
-    history.close()
+    started = time.monotonic()
+    summary = run_tune(options, sink=clock, components=Components(measure_callbacks=[curve]))
+    seconds = time.monotonic() - started
+    e2e = summary.end_to_end
     return {
-        "scheduler": scheduler_name, "seed": seed, "trials": trials, "batch": batch, "wall_s": wall,
-        "curve": curve, "order": order, "trials_per_task": trials_per_task,
-        "task_names": [c.task_name for c in contexts], "weights": weights,
-        "final_model_ms": curve[-1][1] * 1e3 if curve else None,
-        "e2e_median_ms": run.latency.median_ms, "e2e_seconds": time.monotonic() - e2e_started,
-        "decision_seconds": decision,
+        "scheduler": scheduler_name, "seed": seed, "trials": args.trials, "batch": args.batch, "wall_s": summary.seconds.tuning_wall,
+        "curve": curve.points, "order": curve.order, "trials_per_task": [t.trials_this_run for t in summary.tasks],
+        "task_names": [t.name for t in summary.tasks], "weights": [t.weight for t in summary.tasks],
+        "final_model_ms": curve.points[-1][1] * 1e3 if curve.points else None,
+        "e2e_median_ms": e2e.tuned_ms, "e2e_delivered": e2e.delivered, "e2e_seconds": seconds - summary.seconds.tuning_wall,
+        "decision_seconds": summary.search.scheduler_decision_seconds,
     }
 
 
@@ -197,8 +142,11 @@ def analyse(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def plot(runs: list[dict[str, Any]], path: Path, spec: str) -> None:
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"matplotlib is not installed (pip install -e '.[bench]'): no plot written to {path}", file=sys.stderr)
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -230,6 +178,40 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}x [{min(values):.2f} – {max(values):.2f}]"
 
 
+def setup_text(meta: dict[str, Any], tasks: int) -> str:
+    head = (
+        f"Setup: `{meta['model']}` ({tasks} tuning tasks, weights = occurrences), target `{{\"kind\": \"llvm\", \"num-cores\": 2}}`, "
+        f"{meta['trials']} trials per run in batches of {meta['batch']} (a slot = one batch), evolutionary search (population 64), "
+    )
+    model_latency = (
+        "Model latency = sum of weight x best mean latency of each task (defined once every task has a valid measurement); "
+    )
+    if meta.get("pipeline"):
+        peak = meta.get("peak_gflops")
+        return (
+            head + f"every run `run_tune` (what `edgetune tune` runs) on profile `{meta['profile']}`, only `tuning.task_scheduler` "
+            "differing: stock search (no sampling, early stop or contextual exploration), XGBoost cost model, fixed timing "
+            "(number 5, repeat 3, min_repeat_ms 20), no untuned default-schedule trial, no transferred seeds; one loopback board "
+            "for all runs; per seed the schedulers run in rotated order. UCB: edgetune defaults (exploration bonus scaled by each "
+            "task's share of the model latency, C = 1e-3; Laplace posterior, cost-aware slots, "
+            + (f"peak {peak:g} GFLOPS" if peak else "peak GFLOPS unknown")
+            + "). On the embedded board the pipeline measures every batch before the next is built, whichever the scheduler. "
+            + model_latency
+            + "end to end = the pipeline's evaluation: the model compiled with the run's history, median of 3 x 5 runs on the board."
+        )
+    return (
+        head + "XGBoost cost model, WarmBuilder, TrackerRunner with fixed timing (number 5, repeat 3, min_repeat_ms 20), "
+        "one loopback `LocalBoard`; per seed the three schedulers run in rotated order. UCB: edgetune defaults "
+        "(exploration bonus scaled by each task's share of the model latency, C = 1e-3; Laplace posterior, cost-aware slots, peak GFLOPS unknown"
+        + ("; each batch awaited before the next is built, as `edgetune tune` does on the embedded board). " if meta.get("ucb_awaits") else
+           "; batches overlapped: the next batch searched and built while the last one was timed). ")
+        + ("Every scheduler's batches are measured before the runner returns (AwaitingRunner), so no candidate is timed while the host builds the next batch. "
+           if meta.get("runner_awaits") else
+           "MetaSchedule's round-robin always times a batch while it builds the next, its gradient rule whenever it picks another task. ")
+        + model_latency + "end to end = the model compiled with the run's history, median of 5 x 10 runs on the board."
+    )
+
+
 def report_text(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     a = analyse(runs)
     tasks = len(runs[0]["task_names"])
@@ -240,20 +222,11 @@ def report_text(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Load average {meta['load_start']:.2f} at start, {meta['load_end']:.2f} at end (shared machine); whole run {meta['minutes']:.1f} min.",
         "",
         f"Reproduce: `python benchmarks/task_scheduling.py --model {meta['model']} "
-        f"--trials {meta['trials']} --batch {meta['batch']} --seeds {' '.join(map(str, meta['seeds']))} --write-results`",
+        f"--trials {meta['trials']} --batch {meta['batch']} --seeds {' '.join(map(str, meta['seeds']))}"
+        + (f" --schedulers {' '.join(meta['schedulers'])}" if meta.get("schedulers", list(SCHEDULERS)) != list(SCHEDULERS) else "")
+        + (f" --profile {meta['profile']}" if meta.get("profile", "host") != "host" else "") + " --write-results`",
         "",
-        f"Setup: `{meta['model']}` ({tasks} tuning tasks, weights = occurrences), target `{{\"kind\": \"llvm\", \"num-cores\": 2}}`, "
-        f"{meta['trials']} trials per run in batches of {meta['batch']} (a slot = one batch), evolutionary search (population 64), "
-        "XGBoost cost model, WarmBuilder, TrackerRunner with fixed timing (number 5, repeat 3, min_repeat_ms 20), "
-        "one loopback `LocalBoard`; per seed the three schedulers run in rotated order. UCB: edgetune defaults "
-        "(exploration bonus scaled by each task's share of the model latency, C = 1e-3; Laplace posterior, cost-aware slots, peak GFLOPS unknown"
-        + ("; each batch awaited before the next is built, as `edgetune tune` does on the embedded board). " if meta.get("ucb_awaits") else
-           "; batches overlapped: the next batch searched and built while the last one was timed). ")
-        + ("Every scheduler's batches are measured before the runner returns (AwaitingRunner), so no candidate is timed while the host builds the next batch. "
-           if meta.get("runner_awaits") else
-           "MetaSchedule's round-robin always times a batch while it builds the next, its gradient rule whenever it picks another task. ")
-        + "Model latency = sum of weight x best mean latency of each task (defined once every task has a valid "
-        "measurement); end to end = the model compiled with the run's history, median of 5 x 10 runs on the board.",
+        setup_text(meta, tasks),
         "",
         "| seed | scheduler | wall (s) | final model latency (ms) | end to end (ms) | time to best final + 5% (s) | time to this seed's gradient final (s) | scheduler decisions (s) |",
         "|---|---|---|---|---|---|---|---|",
@@ -285,14 +258,14 @@ def report_text(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"Best final model latency over all runs: {a['best_final_ms']:.3f} ms (goal for the 5% column: {1.05 * a['best_final_ms']:.3f} ms).")
     lines.append("")
-    for name in ("round-robin", "ucb"):
+    for name in [s for s in ("round-robin", "ucb") if any(r["scheduler"] == s for r in runs)]:
         ratios = [row[f"ratio_{name}"] for row in a["per_seed"] if row.get(f"ratio_{name}")]
         reached = sum(1 for row in a["per_seed"] if row.get(f"t_{name}") is not None)
         lines.append(
             f"- {name}: time to reach the gradient scheduler's final latency, gradient's time / {name}'s time: "
             f"median [min – max] {spread(ratios)} (reached in {reached} of {len(a['per_seed'])} seeds)."
         )
-    for name in SCHEDULERS:
+    for name in [s for s in SCHEDULERS if any(r["scheduler"] == s for r in runs)]:
         t5 = [r["t_within_5pct"] for r in runs if r["scheduler"] == name]
         got = [t for t in t5 if t is not None]
         lines.append(
@@ -325,6 +298,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=304)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS))
+    parser.add_argument("--profile", default="host", help="device profile of every run (default host)")
+    parser.add_argument("--plot", type=Path, default=HERE / "task_scheduling.png", help="where the PNG goes (default: the committed one)")
     parser.add_argument("--runs-json", default=str(HERE / "task_scheduling_runs.json"), help="where raw runs are saved")
     parser.add_argument("--report-only", metavar="RUNS_JSON", help="no tuning: report saved runs")
     parser.add_argument("--interpretation", default="", help="paragraph appended to the RESULTS.md section")
@@ -336,18 +311,15 @@ def main() -> int:
     else:
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
         meta = {"model": args.model, "trials": args.trials, "batch": args.batch, "seeds": args.seeds, "ucb_awaits": True, "runner_awaits": True,
+                "pipeline": True, "profile": args.profile, "schedulers": args.schedulers, "peak_gflops": run_profile(args, "gradient", 0).device.peak_gflops,
                 "load_start": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         began = time.time()
-        load_tensor_intrinsics(TARGET)
-        model, extracted = extract(args.model)
         runs = []
-        with LocalBoard(key="local", num_threads=2) as board:
-            address = board.start()
+        with shared_board(run_profile(args, "gradient", 0)) as board:
             for index, seed in enumerate(args.seeds):
                 names = args.schedulers[index % len(args.schedulers):] + args.schedulers[: index % len(args.schedulers)]
                 for name in names:
-                    work = Path(tempfile.mkdtemp(prefix=f"sched-{name}-{seed}-"))
-                    run = tune_once(model, extracted, address, name, seed, args.trials, args.batch, work)
+                    run = tune_once(args, board, name, seed)
                     runs.append(run)
                     print(f"seed {seed} {name}: final {run['final_model_ms']:.3f} ms, e2e {run['e2e_median_ms']:.3f} ms, "
                           f"wall {run['wall_s']:.0f} s ({time.time() - began:.0f} s total)", flush=True)
@@ -355,7 +327,7 @@ def main() -> int:
                     Path(args.runs_json).write_text(json.dumps({"runs": runs, "meta": meta}))
     if args.interpretation:
         meta["interpretation"] = args.interpretation
-    plot(runs, HERE / "task_scheduling.png", meta["model"])
+    plot(runs, args.plot, meta["model"])
     text = report_text(runs, meta)
     print(text)
     if args.write_results:

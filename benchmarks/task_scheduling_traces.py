@@ -8,7 +8,12 @@ scheduler would have reached. This script separates the two questions:
     Tunes every task of a model on the loopback board for the same number of
     trials (round-robin, one batch per slot, each batch awaited so that its
     seconds are its own: search + build + measurement). It saves, per task
-    and slot, the latencies measured and the seconds the slot took.
+    and slot, the latencies measured and the seconds the slot took. Each seed
+    is one run of edgetune's tuning pipeline (``run_tune``, what ``edgetune
+    tune`` runs) with the recording round-robin passed in as its task
+    scheduler, on profile ``--profile`` with the settings of the committed
+    traces: generic ``llvm`` target (2 cores), stock evolutionary search,
+    XGBoost, fixed timing, no untuned default-schedule trial, no transfer.
 
 ``replay``
     Runs schedulers on those traces: giving task ``k`` its ``j``-th slot
@@ -40,9 +45,7 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import time
-from contextlib import closing
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,59 +81,48 @@ class RoundRobinRecorder(SlotBandit):
             self.slots_[task_id].append({"latencies_ms": [float(v) for v in latencies_ms], "seconds": seconds})
 
 
+def trace_profile(args: argparse.Namespace, seed: int) -> Any:
+    """The profile of one recording: ``--profile`` with stock search, XGBoost, fixed timing, every task capped alike."""
+    from _pipeline import AS_BEFORE, STOCK_SEARCH, bench_profile
+
+    tuning = {
+        **AS_BEFORE, **STOCK_SEARCH, "cost_model": "xgb", "seed": seed, "num_trials_per_iter": args.batch,
+        "max_trials_per_task": args.trials_per_task, "task_scheduler": "round-robin",
+    }
+    return bench_profile(args.profile, tuning=tuning, measure={"evaluator": "fixed", "number": 5, "repeat": 3, "min_repeat_ms": 20})
+
+
 def record(args: argparse.Namespace) -> int:
-    import tvm.s_tir.meta_schedule as ms
+    """Each seed: the tuning pipeline (``run_tune``) with the recording round-robin as its task scheduler."""
     from tvm.ir.utils import derived_object
 
-    from edgetune.board.local import LocalBoard
-    from edgetune.builder.builder import WarmBuilder
-    from edgetune.builder.intrinsics import load_tensor_intrinsics
-    from edgetune.history import open_history
-    from edgetune.measure.runner import MeasureConfig, TrackerRunner
-    from edgetune.search import make_cost_model, make_search_strategy
+    from _pipeline import fresh_dir, shared_board
     from edgetune.search.scheduler import _SlotScheduler
-    from task_scheduling import TARGET, extract
+    from edgetune.tuning import Components, TuneOptions, TuningPipeline, run_tune
 
     @derived_object
     class RecordingRoundRobin(_SlotScheduler):
         _bandit_class = RoundRobinRecorder
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    load_tensor_intrinsics(TARGET)
-    model, extracted = extract(args.model)
+    probe = TuningPipeline(TuneOptions(profile=trace_profile(args, 0), model=args.model, out_dir=fresh_dir("sched-trace-")))
+    n_tasks = len(probe.extract_tasks(*probe.check_inputs()))
     out = Path(args.out)
     saved = json.loads(out.read_text()) if out.exists() and args.append else {"meta": {}, "traces": []}
     saved["meta"].update(model=args.model, batch=args.batch, trials_per_task=args.trials_per_task,
                          date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_start=os.getloadavg()[0])
     began = time.time()
-    with LocalBoard(key="local", num_threads=2) as board:
-        address = board.start()
+    with shared_board(trace_profile(args, 0)) as board:
         for seed in args.seeds:
-            work = Path(tempfile.mkdtemp(prefix=f"sched-trace-{seed}-"))
-            contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                extracted, work_dir=str(work / "logs"),
-                strategy=make_search_strategy("evolutionary", num_trials_per_iter=args.batch), num_threads=2, seed=seed,
-            )
             scheduler = RecordingRoundRobin(wait_for_results=True, seed=seed)
-            history = open_history(str(work / "history.db"), board_id="local")
-            with closing(WarmBuilder(timeout_sec=60)) as builder:
-                runner = TrackerRunner(address, config=MeasureConfig(number=5, repeat=3, min_repeat_ms=20, evaluator="fixed"))
-                builder.start()
-                try:
-                    ms.tune_tasks(
-                        tasks=contexts, task_weights=[float(w) for w in weights], work_dir=str(work / "logs"),
-                        max_trials_global=args.trials_per_task * len(contexts), max_trials_per_task=args.trials_per_task,
-                        num_trials_per_iter=args.batch, builder=builder, runner=runner, database=history,
-                        cost_model=make_cost_model("xgb", seed=seed, num_cores=2),
-                        measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel()],
-                        task_scheduler=scheduler,
-                    )
-                finally:
-                    runner.close()
-                    history.close()
+            options = TuneOptions(
+                profile=trace_profile(args, seed), model=args.model, out_dir=fresh_dir(f"sched-trace-{seed}-"),
+                trials=args.trials_per_task * n_tasks, evaluate=False, warm_start="off", board=board,
+            )
+            summary = run_tune(options, components=Components(task_scheduler=scheduler))
             bandit = scheduler.bandit_
             saved["traces"].append({
-                "seed": seed, "task_names": [c.task_name for c in contexts], "weights": [float(w) for w in weights],
+                "seed": seed, "task_names": [t.name for t in summary.tasks], "weights": [float(t.weight) for t in summary.tasks],
                 "flops": [a.flop for a in bandit.arms], "slots": bandit.slots_,
             })
             saved["meta"].update(load_end=os.getloadavg()[0], minutes=(time.time() - began) / 60)
@@ -355,6 +347,7 @@ def main() -> int:
     rec.add_argument("--trials-per-task", type=int, default=40)
     rec.add_argument("--batch", type=int, default=4)
     rec.add_argument("--out", default=str(DEFAULT_TRACES))
+    rec.add_argument("--profile", default="host", help="device profile of the runs (default host)")
     rec.add_argument("--append", action="store_true", help="add seeds to an existing traces file")
     rep = sub.add_parser("replay", help="replay schedulers on saved traces (no board)")
     rep.add_argument("--traces", default=str(DEFAULT_TRACES))

@@ -17,6 +17,17 @@ after every measured candidate. Reported per seed and as medians: the cold
 run's final value, and how many measurements each run needed to reach it.
 Everything is measured through one loopback tracker + RPC server.
 
+Each of the three runs is edgetune's tuning pipeline (``edgetune.tuning.run_tune``,
+what ``edgetune tune`` runs) on profile ``--profile`` (``host``), the model's
+conv tasks only (``TuneOptions.task_names``); the compared component is the
+warm start (``TuneOptions.warm_start``: ``"off"`` for the history and cold
+runs, ``--scope`` for the warm run, which tunes into the history). Shared
+settings, as the earlier figures: target generic ``llvm`` (2 cores), stock
+evolutionary search, round-robin, batches of 8, fixed timing (number 5,
+repeat 3, min_repeat_ms 20), no untuned default-schedule trial, no
+transferred seeds (``tuning.transfer = "off"``: transfer from similar
+workloads is another way of using the history, not this one).
+
 Usage::
 
   python benchmarks/warm_start.py                      # seeds 0 1 2
@@ -27,6 +38,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import platform
@@ -34,7 +46,6 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -43,64 +54,65 @@ import tvm
 import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 
+from _pipeline import AS_BEFORE, STOCK_SEARCH, bench_profile, shared_board
 from _results import write_section
-from edgetune.board.local import LocalBoard
-from edgetune.builder.builder import WarmBuilder
-from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
-from edgetune.history.warmstart import warm_start
-from edgetune.measure.runner import MeasureConfig, TrackerRunner
 from edgetune.history.warmstart import WARM_START_SCOPES
 from edgetune.profile.schema import TuningSettings
-from edgetune.search import make_search_strategy
-from edgetune.search.factory import make_cost_model
-from edgetune.tasks import load_model, prepare_for_tuning
+from edgetune.tuning import Components, TuneOptions, TuningPipeline, run_tune
 
-TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 MARK = "warm_start"
+SOURCE, TARGET_MODEL = "demo:tiny-cnn", "demo:tiny-cnn@64"
+BATCH = 8
 
 
-def conv_tasks(spec: str) -> list[tuple[str, Any]]:
-    model = load_model(spec)
-    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(model.mod, TARGET), TARGET)
-    return [(t.task_name, t.dispatched[0]) for t in tasks if "conv2d" in t.task_name]
+@derived_object
+class SumOfBests(ms.measure_callback.PyMeasureCallback):
+    """The sum of the tasks' best latencies so far, after every measured candidate."""
+
+    def __init__(self, n_tasks: int) -> None:
+        super().__init__()
+        self.best = [np.inf] * n_tasks
+        self.curve: list[float] = []
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):  # noqa: D102
+        for ran in runner_results:
+            if ran.error_msg is None and ran.run_secs:
+                self.best[task_id] = min(self.best[task_id], float(np.mean([float(x) for x in ran.run_secs])))
+            self.curve.append(float(sum(self.best)))
 
 
-def tune(tasks, address, seed, trials_per_task, history, cost_model) -> list[float]:
-    """Tune ``tasks``; return the model-level latency after each measured candidate."""
-    best = [np.inf] * len(tasks)
-    curve: list[float] = []
+def conv_tasks(spec: str, profile: Any) -> list[str]:
+    """Names of the model's conv tasks, as the pipeline extracts them."""
+    probe = TuningPipeline(TuneOptions(profile=profile, model=spec, out_dir=Path("unused")))
+    return [task.task_name for task in probe.extract_tasks(*probe.check_inputs()) if "conv2d" in task.task_name]
 
-    @derived_object
-    class Curve(ms.measure_callback.PyMeasureCallback):
-        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):  # noqa: D102
-            for ran in runner_results:
-                if ran.error_msg is None and ran.run_secs:
-                    best[task_id] = min(best[task_id], float(np.mean([float(x) for x in ran.run_secs])))
-                curve.append(float(sum(best)))
 
-    contexts = [
-        ms.TuneContext(
-            mod=mod, target=TARGET, space_generator="post-order-apply",
-            search_strategy=make_search_strategy("evolutionary", num_trials_per_iter=8),
-            task_name=name, num_threads=2, rand_state=seed,
-        )
-        for name, mod in tasks
-    ]
-    with closing(WarmBuilder(timeout_sec=60)) as builder:
-        runner = TrackerRunner(address, config=MeasureConfig(evaluator="fixed", number=5, repeat=3, min_repeat_ms=20))
-        try:
-            ms.tune_tasks(
-                tasks=contexts, task_weights=[1.0] * len(tasks), work_dir=tempfile.mkdtemp(prefix="ws-"),
-                max_trials_global=trials_per_task * len(tasks), max_trials_per_task=trials_per_task,
-                num_trials_per_iter=8, builder=builder, runner=runner, database=history,
-                cost_model=cost_model,
-                measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel(), Curve()],
-                task_scheduler="round-robin",
-            )
-        finally:
-            runner.close()
-    return curve
+def run_profile(args: argparse.Namespace, seed: int, per_task: int) -> Any:
+    tuning = {
+        **AS_BEFORE, **STOCK_SEARCH, "cost_model": args.cost_model, "seed": seed, "num_trials_per_iter": BATCH,
+        "task_scheduler": "round-robin", "max_trials_per_task": per_task,
+    }
+    return bench_profile(args.profile, tuning=tuning, measure={"evaluator": "fixed", "number": 5, "repeat": 3, "min_repeat_ms": 20})
+
+
+def tune(options: TuneOptions, n_tasks: int, per_task: int) -> tuple[list[float], Any]:
+    """Tune ``per_task`` new trials per task; the curve after each measured candidate and the run summary.
+
+    The pipeline counts the records a history already holds for the run's
+    tasks against its budget (it resumes): those are added to ``trials``.
+    """
+    pipeline = TuningPipeline(options)
+    target, model = pipeline.check_inputs()
+    history = open_history(options.db, board_id=options.key or "")
+    try:
+        before = sum(pipeline.plan_tasks(history, target, model).previous)
+    finally:
+        history.close()
+    options.trials = before + per_task * n_tasks
+    curve = SumOfBests(n_tasks)
+    summary = run_tune(options, components=Components(measure_callbacks=[curve]))
+    return curve.curve, summary
 
 
 def reach(curve: list[float], goal: float) -> int | None:
@@ -132,39 +144,39 @@ def main() -> int:
         help="warm_start scope of the warm run (default %(default)s; with the 'similar' scenario's history, "
         "which holds no same-task records, 'auto' and 'similar' train on the same records)",
     )
+    parser.add_argument("--profile", default="host", help="device profile of the runs (default host)")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
 
-    def new_model(seed: int) -> Any:
-        return make_cost_model(args.cost_model, seed=seed, num_cores=2)
-
-    import logging
-
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    load_tensor_intrinsics(TARGET)
-    source, target_tasks = conv_tasks("demo:tiny-cnn"), conv_tasks("demo:tiny-cnn@64")
+    base = run_profile(args, 0, args.trials_per_task)
+    source_tasks, target_tasks = conv_tasks(SOURCE, base), conv_tasks(TARGET_MODEL, base)
+    other_board = args.scenario == "other-board"
     started = time.time()
     rows = []
-    with LocalBoard(key="local") as board:
-        address = board.start()
+    with shared_board(base) as board:
         for seed in args.seeds:
             work = Path(tempfile.mkdtemp(prefix=f"warm-start-{seed}-"))
-            other_board = args.scenario == "other-board"
-            recorder = open_history(str(work / "history.db"), board_id="board-b" if other_board else "local")
-            tune(target_tasks if other_board else source, address, seed + 100, args.history_trials, recorder, new_model(seed + 100))
-            recorder.close()
-            history = open_history(str(work / "history.db"), board_id="local")
-            cold = tune(target_tasks, address, seed, args.trials_per_task, open_history(str(work / "cold.db"), board_id="local"), new_model(seed))
-            model = new_model(seed)
-            report = warm_start(
-                model, [mod for _, mod in target_tasks], history, TARGET, board_id="local",
-                scope=args.scope,
-            )
-            warm = tune(target_tasks, address, seed, args.trials_per_task, history, model)
+
+            def options(name: str, spec: str, seed: int, per_task: int, db: str, **kw: Any) -> TuneOptions:
+                tasks = target_tasks if spec == TARGET_MODEL else source_tasks
+                return TuneOptions(profile=run_profile(args, seed, per_task), model=spec, task_names=tasks, out_dir=work / name,
+                                   db=str(work / db), evaluate=False, board=board, **kw)
+
+            # 1. the history: other shapes, or the same tasks on another board
+            history = options("history", TARGET_MODEL if other_board else SOURCE, seed + 100, args.history_trials, "history.db",
+                              warm_start="off", key="board-b" if other_board else None)
+            tune(history, len(history.task_names), args.history_trials)
+            # 2. cold: a fresh history, no warm start; 3. warm: into the history, the cost model trained on it first
+            cold, _ = tune(options("cold", TARGET_MODEL, seed, args.trials_per_task, "cold.db", warm_start="off"),
+                           len(target_tasks), args.trials_per_task)
+            warm, summary = tune(options("warm", TARGET_MODEL, seed, args.trials_per_task, "history.db", warm_start=args.scope),
+                                 len(target_tasks), args.trials_per_task)
+            used = summary.warm_start
             goal = cold[-1]
             rows.append({
-                "seed": seed, "history_records": report.total, "similar": report.similar_task,
-                "other_board": report.other_board,
+                "seed": seed, "history_records": used["same_task"] + used["similar_task"] + used["other_board"],
+                "similar": used["similar_task"], "other_board": used["other_board"],
                 "cold_best_ms": goal * 1e3, "warm_best_ms": warm[-1] * 1e3,
                 "cold_to_goal": reach(cold, goal), "warm_to_goal": reach(warm, goal), "budget": len(cold),
             })

@@ -223,6 +223,7 @@ def test_unknown_key_without_match_lists_valid_keys(tmp_path: Path) -> None:
         ("[build]\ntimeout_sec = inf", "key 'build.timeout_sec' must be a number > 0, got inf (float) instead"),
         ("[measure]\ncooldown_sec = -1.5", "key 'measure.cooldown_sec' must be a number >= 0, got -1.5 (float)"),
         ("[measure]\nenable_cpu_cache_flush = 1", "must be a boolean (true or false), got 1 (int) instead"),
+        ('[tuning]\ndefault_schedule = "no"', "key 'tuning.default_schedule' must be a boolean (true or false), got 'no' (str) instead"),
         ('[build]\ncross_compiler_flags = "-O3"', "must be a list of strings, got '-O3' (str) instead"),
         ("[device]\ncore_affinity = [4, 4]", "must be a list of distinct integers >= 0, got [4, 4] (list)"),
         (

@@ -448,6 +448,7 @@ def test_tune_with_ucb_end_to_end(tmp_path, loopback_board):
     assert summary["end_to_end"]["outputs_match"] is True
     # a board reached through a tracker is another machine (here, stands in for one): batches overlap
     assert summary["search"]["scheduler_awaits_measurements"] is False
+    assert summary["search"]["scheduler_decision_seconds"] > 0  # edgetune's schedulers time their choices
 
 
 def test_unknown_hyperparameters_fail_at_construction():

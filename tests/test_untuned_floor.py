@@ -105,6 +105,25 @@ def test_model_so_is_the_untuned_build_when_the_tuned_one_measures_slower(tmp_pa
 
 
 @pytest.mark.integration
+def test_default_schedule_off_starts_the_search_at_once(tmp_path: Path, loopback_board) -> None:
+    """tuning.default_schedule = false: no untuned trial, every trial of the budget goes to the search."""
+    from edgetune.board.base import TrackerBoard
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"default_schedule": False})
+    assert profile.tuning.default_schedule is False
+    n_tasks = len(workloads())
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=2 * n_tasks, evaluate=False,
+                                   board=TrackerBoard(loopback_board)))
+    assert summary.trials.default_schedules == 0
+    assert summary.trials.this_run >= 2 * n_tasks  # all search trials (a last batch may run over)
+    assert all(t.default_latency_us is None and t.trial_cap is None and not t.kept_default for t in summary.tasks)
+    assert summary.seconds.session > 0  # the runner's tracker requests, in the summary since issue 15
+    assert summary.search.scheduler_decision_seconds is None  # MetaSchedule's gradient rule keeps no count
+
+
+@pytest.mark.integration
 def test_minor_tasks_leave_the_budget_to_heavy_ones(tmp_path: Path, loopback_board) -> None:
     """Tasks under tuning.minor_task_share of the untuned model measure at most minor_task_trials candidates."""
     from edgetune.board.base import TrackerBoard

@@ -25,8 +25,6 @@ from .rpc_tracker import TrackerAddress, device_counts, free_port, tracker_summa
 LOOPBACK = "127.0.0.1"
 
 
-#: the former name, still imported by benchmarks/builder_runner_overhead.py
-stop_process_group = stop_group
 
 
 class LocalBoard:

@@ -124,6 +124,9 @@ class TuningSettings:
     conv_layout: str = "as-is"
     minor_task_share: float = 0.01
     minor_task_trials: int = 2
+    # measure each task's untuned code (its default schedule) as one trial before the search, so the
+    # tuned model is never slower than the untuned one (see edgetune/tuning/baseline.py); false: skip it
+    default_schedule: bool = True
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "conv_layout": _string(CONV_LAYOUTS, default="as-is"),
         "minor_task_share": _number(at_least=0, default=0.01),
         "minor_task_trials": _integer(1, default=2),
+        "default_schedule": _boolean(True),
     },
     "device": {
         "arch": _nonempty_string(default=_DERIVED),

@@ -138,6 +138,7 @@ class _Run:
     builder: Any = None
     runner: Any = None
     scheduler_name: str = ""
+    scheduler: Any = None  # the task scheduler object of this run (built or passed in)
     awaits: bool | None = None
     warm: WarmStartReport = field(default_factory=WarmStartReport)
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
@@ -350,10 +351,10 @@ class TuningPipeline:
             for ctx, task in zip(run.contexts, run.progress.tasks):
                 cache.add_history(history, ctx.mod, target)
                 stored = cache.default_run_secs(ctx.mod)
-                if stored is None:
-                    run.defaults_to_measure.append(task.index)
-                else:
+                if stored is not None:
                     task.default_sec = _mean_or_none(stored)
+                elif self.profile.tuning.default_schedule:  # off: the search starts at once
+                    run.defaults_to_measure.append(task.index)
             run.builder = self.make_builder(cache)
             if hasattr(run.builder, "close"):
                 stack.callback(run.builder.close)
@@ -422,6 +423,7 @@ class TuningPipeline:
                 search_budget = plan.remaining - len(run.defaults_to_measure)
                 if search_budget <= 0:
                     return
+                run.scheduler = self.make_task_scheduler(run)
                 ms.tune_tasks(
                     tasks=run.contexts,
                     task_weights=run.weights,
@@ -434,7 +436,7 @@ class TuningPipeline:
                     database=run.history,
                     cost_model=run.cost_model,
                     measure_callbacks=run.callbacks,
-                    task_scheduler=self.make_task_scheduler(run),
+                    task_scheduler=run.scheduler,
                 )
         except BaseException:
             # whatever TVM turned our StopRequested into on its way back
@@ -517,6 +519,7 @@ class TuningPipeline:
                 device=getattr(runner_stats, "device_seconds", 0.0),
                 upload=getattr(runner_stats, "upload_seconds", 0.0),
                 build=getattr(builder_stats, "build_seconds", 0.0),
+                session=getattr(runner_stats, "session_seconds", 0.0),
             ),
             search=SearchInfo(
                 strategy=tuning.search_strategy,
@@ -525,6 +528,7 @@ class TuningPipeline:
                 cost_model=tuning.cost_model,
                 task_scheduler=run.scheduler_name,
                 scheduler_awaits_measurements=run.awaits,
+                scheduler_decision_seconds=getattr(run.scheduler, "decision_seconds_", None),
             ),
             measurement=measurement_summary(self.profile, run.runner),
             measurement_reduction={

@@ -54,6 +54,7 @@ class Seconds:
     device: float
     upload: float
     build: float
+    session: float = 0.0  # tracker requests and RPC session set-up of the runner
 
 
 @dataclass
@@ -64,6 +65,7 @@ class SearchInfo:
     cost_model: str
     task_scheduler: str
     scheduler_awaits_measurements: bool | None  # True on a board that shares the host's CPU (see measure.awaiting)
+    scheduler_decision_seconds: float | None = None  # edgetune's schedulers: time spent choosing tasks (None: stock)
 
 
 @dataclass

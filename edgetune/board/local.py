@@ -25,8 +25,6 @@ from .rpc_tracker import TrackerAddress, device_counts, free_port, tracker_summa
 LOOPBACK = "127.0.0.1"
 
 
-
-
 class LocalBoard:
     """Start a loopback tracker plus one RPC server registered under ``key``.
 

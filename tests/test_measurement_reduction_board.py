@@ -52,7 +52,10 @@ def test_adaptive_evaluator_takes_more_runs_on_a_noisy_board(tmp_path):
     from edgetune.measure.runner import TrackerRunner
 
     artifact, args_info = _matmul_artifact(tmp_path, n=192)  # ~2.5 ms a run: micro-batches of ~130 ms
-    config = MeasureSettings(evaluator="adaptive", micro_batch=50, max_runs=300, cv_threshold=0.10, micro_batch_ms=0)
+    # budget_ms=0: the paper's CV rule alone (a 2.5 ms kernel would spend the 100 ms budget in two micro-batches)
+    config = MeasureSettings(
+        evaluator="adaptive", micro_batch=50, max_runs=300, cv_threshold=0.10, micro_batch_ms=0, budget_ms=0
+    )
     with LocalBoard(key="noise-test", num_threads=1, log_dir=tmp_path / "board") as board:
         address = board.start()
         runner = TrackerRunner(address, config=config)
@@ -214,7 +217,8 @@ def test_tune_with_every_component_records_what_it_saved(tmp_path, loopback_boar
     measurement = summary["measurement"]
     assert measurement["evaluator"] == "adaptive"
     assert measurement["runs"] >= measurement["candidates"] * 2
-    assert measurement["stopped_by_cv"] + measurement["stopped_by_cap"] == measurement["candidates"]
+    stopped = measurement["stopped_by_cv"] + measurement["stopped_by_budget"] + measurement["stopped_by_cap"]
+    assert stopped == measurement["candidates"]
     lines = [json.loads(line) for line in (out / "measurements.jsonl").read_text().splitlines()]
     assert len(lines) == measurement["candidates"]
     assert all(line["runs"] >= 2 and line["stopped_by"] in ("cv", "cap") for line in lines)

@@ -221,7 +221,7 @@ def test_tune_with_every_component_records_what_it_saved(tmp_path, loopback_boar
     assert stopped == measurement["candidates"]
     lines = [json.loads(line) for line in (out / "measurements.jsonl").read_text().splitlines()]
     assert len(lines) == measurement["candidates"]
-    assert all(line["runs"] >= 2 and line["stopped_by"] in ("cv", "cap") for line in lines)
+    assert all(line["runs"] >= 2 and line["stopped_by"] in ("cv", "budget", "cap") for line in lines)
     assert all(line["cv"] is None or line["cv"] >= 0 for line in lines)
     assert sum(line["runs"] for line in lines) == measurement["runs"]
     assert "proposed" in result.stdout or "sampling" in result.stdout

@@ -151,6 +151,7 @@ def tune(
     evaluator: str | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     progress: "bool | ProgressSink" = False,
+    report: bool = True,
 ) -> "TuneSummary":
     """Tune ``model`` for a device profile, measuring on the device; return the run summary.
 
@@ -169,7 +170,10 @@ def tune(
 
     The summary is also written to ``OUT/summary.json``; with ``evaluate``
     (the default) ``summary.artifact`` is the compiled ``model.so`` and
-    ``summary.end_to_end`` its latency against the untuned build.
+    ``summary.end_to_end`` its latency against the untuned build. With
+    ``report`` (the default) ``OUT/report.html`` is written too, as by the
+    CLI, also when the run is interrupted; a report that cannot be written is
+    a warning, never a failed tune.
     """
     from .board.base import Board
     from .tuning import run_tune
@@ -192,8 +196,24 @@ def tune(
     sink = _progress_sink(progress)
     if obj is not None:
         options.model = str(_save_model(obj, Path(options.out_dir) / label))
-    with sink as shown:
-        return run_tune(options, sink=shown)
+    from .errors import TuningInterrupted
+
+    try:
+        with sink as shown:
+            summary = run_tune(options, sink=shown)
+    except TuningInterrupted:
+        if report:
+            _write_report(Path(options.out_dir))
+        raise
+    if report:
+        _write_report(Path(options.out_dir))
+    return summary
+
+
+def _write_report(out_dir: Path) -> None:
+    from .report import report_after_tune
+
+    report_after_tune(out_dir)
 
 
 def deploy(

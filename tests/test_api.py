@@ -86,6 +86,9 @@ def test_tune_an_exported_program_from_python(api_run, resnet, loopback_board) -
     e2e = summary.end_to_end
     assert e2e.outputs_match and e2e.tuned_ms > 0 and e2e.untuned_ms > 0
     assert summary.artifact == out / "model.so" and summary.artifact.stat().st_size > 0
+    # the report is written as by the CLI, with the per-task curves
+    page = (out / "report.html").read_text()
+    assert "Per-task best latency" in page and "Not drawn" not in page
     # progress went to the sink given, nothing to the terminal
     assert recorder.batches >= 1 and "tuning" in recorder.phases and recorder.phases[-1].startswith("compiling")
 

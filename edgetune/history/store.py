@@ -199,3 +199,10 @@ class HistoryStore(abc.ABC):
     @abc.abstractmethod
     def commit_tuning_record(self, record: TuningRecord) -> None:
         """Store a measurement (a re-measured candidate keeps one row, with the newest result)."""
+
+    @abc.abstractmethod
+    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> None:
+        """Store a measurement, failed when ``error`` is given, and which board of several made it.
+
+        One row per (candidate, board): two boards' results for one candidate are both kept.
+        """

@@ -162,20 +162,6 @@ def _run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _skip_torch_unless_needed(args: argparse.Namespace) -> None:
-    """Keep torch out of a command that does not read a .pt2 model.
-
-    tvm_ffi imports torch whenever it is installed (edgetune[torch]), which adds
-    seconds and hundreds of MB to every ``import tvm``; only a PyTorch model
-    needs it. Not done when torch is already imported (a notebook, the API).
-    """
-    if getattr(args, "command", None) == "deploy":  # RUN_DIR may hold a .pt2 model to re-check
-        return
-    model = str(getattr(args, "model", "") or "")
-    if "torch" not in sys.modules and not model.endswith(".pt2"):
-        sys.modules["torch"] = None  # type: ignore[assignment] - `import torch` raises ImportError
-
-
 def _report(out_dir: Path) -> None:
     """The run's HTML report; one warning line (never a failed tune) when it cannot be written."""
     from .report import report_after_tune
@@ -188,7 +174,6 @@ def _report(out_dir: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    _skip_torch_unless_needed(args)
     _exit_cleanly_on_sigterm()
     try:
         return int(args.func(args) or 0)

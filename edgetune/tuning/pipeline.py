@@ -438,6 +438,10 @@ class TuningPipeline:
                     measure_callbacks=run.callbacks,
                     task_scheduler=run.scheduler,
                 )
+                if self.stop.event.is_set():
+                    # MetaSchedule's stock schedulers catch a callback's StopRequested, end
+                    # that task and return normally once every task has ended
+                    run.interrupted = True
         except BaseException:
             # whatever TVM turned our StopRequested into on its way back
             if not self.stop.event.is_set():

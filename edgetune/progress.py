@@ -178,6 +178,8 @@ def _savings_lines(summary: TuneSummary) -> list[str]:
         lines.append(
             f"adaptive evaluator: {measurement['mean_runs_per_candidate']:.0f} runs per candidate on average "
             f"({measurement['stopped_by_cv']} stable below {measurement['cv_threshold']:.0%} CV, "
+            f"{measurement.get('stopped_by_ci', 0)} with the mean known within "
+            f"{measurement.get('ci_threshold', 0):.0%} (95% CI), "
             f"{measurement.get('stopped_by_budget', 0)} at the {measurement.get('budget_ms', 0):g} ms device-time budget, "
             f"{measurement['stopped_by_cap']} at the {measurement['max_runs']}-run cap); per-candidate log: "
             f"{measurement['log']}"

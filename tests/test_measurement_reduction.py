@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from edgetune.measure.evaluator import PROBE_RUNS, AdaptiveEvaluator, cumulative_cv
+from edgetune.measure.evaluator import PROBE_RUNS, AdaptiveEvaluator, cumulative_cv, mean_ci_halfwidth
 from edgetune.search.early_stop import AdaptiveEarlyStop, EarlyStop, FixedEarlyStop, make_early_stop
 from edgetune.search.sampling import KMeansSampler
 from edgetune.search.surrogate import aggregate_features, expected_improvement
@@ -101,9 +101,50 @@ def test_device_time_budget_stops_a_never_stable_2ms_kernel_near_stocks_cost():
     assert quiet.stopped_by == "cv"
 
 
+def test_mean_ci_halfwidth_matches_hand_computation():
+    runs = [1.0, 2.0, 3.0, 4.0]  # mean 2.5, sample std 1.29099, t(0.975, 3) = 3.18245
+    assert mean_ci_halfwidth(runs) == pytest.approx(3.18245 * 1.290994 / 2 / 2.5, rel=1e-4)
+    assert mean_ci_halfwidth([1.0]) == math.inf
+    assert mean_ci_halfwidth([2e-3] * 6) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_ci_rule_knows_a_long_kernels_mean_where_the_cv_rule_guesses():
+    """10 ms kernels with 8 % single-run jitter: micro-batches of 3 runs make the CV rule stop on luck.
+
+    Over 100 candidates the CV rule's estimate misses the true mean by more
+    than 3 % far more often than the CI rule's, which is built to miss in about
+    5 % of cases (a 95 % interval of +-3 %).
+    """
+    def misses(rule: str) -> tuple[float, float]:
+        errors, runs = [], []
+        for seed in range(100):
+            evaluator = AdaptiveEvaluator(micro_batch=50, max_runs=500, cv_threshold=0.03, micro_batch_ms=25, stop_rule=rule)
+            result = evaluator.measure(NoisyTimer(10e-3, run_sigma=0.08, seed=seed))
+            assert result.stopped_by == rule
+            errors.append(abs(result.mean_sec / (10e-3 * math.exp(0.08**2 / 2)) - 1))
+            runs.append(result.runs)
+        return float(np.mean(np.array(errors) > 0.03)), float(np.mean(runs))
+
+    cv_miss, cv_runs = misses("cv")
+    ci_miss, ci_runs = misses("ci")
+    assert cv_miss > 0.2 and ci_miss <= 0.08
+    assert ci_runs > cv_runs  # the honest answer costs runs; measure.budget_ms bounds them
+
+
+def test_auto_rule_uses_the_ci_for_long_kernels_and_the_cv_for_short_ones():
+    settings = dict(micro_batch=50, max_runs=500, cv_threshold=0.03, micro_batch_ms=25, stop_rule="auto")
+    long_kernel = AdaptiveEvaluator(**settings).measure(NoisyTimer(10e-3, run_sigma=0.005))
+    short_kernel = AdaptiveEvaluator(**settings).measure(NoisyTimer(1e-5, run_sigma=0.005))
+    assert long_kernel.stopped_by == "ci" and short_kernel.stopped_by == "cv"
+    # a drift between the two micro-batches is still seen: no stop on the first agreeing pair
+    assert long_kernel.micro_batches >= 2 and short_kernel.micro_batches >= 2
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
+        ({"stop_rule": "median"}, "stop_rule must be one of auto, cv, ci, got 'median' instead"),
+        ({"ci_threshold": 0}, "ci_threshold must be > 0"),
         ({"budget_ms": -1}, "budget_ms must be >= 0"),
         ({"micro_batch": 0}, "micro_batch must be >= 1, got 0 instead"),
         ({"micro_batch": 50, "max_runs": 60}, "max_runs must be >= 2 x micro_batch"),

@@ -217,11 +217,11 @@ def test_tune_with_every_component_records_what_it_saved(tmp_path, loopback_boar
     measurement = summary["measurement"]
     assert measurement["evaluator"] == "adaptive"
     assert measurement["runs"] >= measurement["candidates"] * 2
-    stopped = measurement["stopped_by_cv"] + measurement["stopped_by_budget"] + measurement["stopped_by_cap"]
+    stopped = sum(measurement[f"stopped_by_{reason}"] for reason in ("cv", "ci", "budget", "cap"))
     assert stopped == measurement["candidates"]
     lines = [json.loads(line) for line in (out / "measurements.jsonl").read_text().splitlines()]
     assert len(lines) == measurement["candidates"]
-    assert all(line["runs"] >= 2 and line["stopped_by"] in ("cv", "budget", "cap") for line in lines)
+    assert all(line["runs"] >= 2 and line["stopped_by"] in ("cv", "ci", "budget", "cap") for line in lines)
     assert all(line["cv"] is None or line["cv"] >= 0 for line in lines)
     assert sum(line["runs"] for line in lines) == measurement["runs"]
     assert "proposed" in result.stdout or "sampling" in result.stdout

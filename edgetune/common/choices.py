@@ -14,6 +14,8 @@ RPC_DEVICES = ("cpu", "cuda", "opencl", "vulkan", "metal")
 COST_MODELS = ("xgb", "rf", "random")
 #: How candidates are timed on the board.
 EVALUATORS = ("adaptive", "fixed")
+#: What ends the adaptive evaluator's timing: the paper's throughput CV, the mean's confidence interval, or by kernel length.
+STOP_RULES = ("auto", "cv", "ci")
 #: Candidate sampling before measurement (K-means: measure one per cluster).
 SAMPLERS = ("kmeans", "none")
 #: Per-task early stop rules.

@@ -31,6 +31,18 @@ kernel, plus a warm-up). Once two micro-batches have run and the device time
 spent on the candidate reaches ``max(budget_ms, (PROBE_RUNS + 1) x run time)``
 (stock's cost), timing stops (``stopped_by="budget"``); the estimate is the
 mean of every run taken, as for the cap. ``budget_ms = 0`` turns it off.
+
+A third: which spread stops the timing (``stop_rule``). The paper's CV of the
+cumulative throughput compares micro-batches; when kernels are long a
+time-bounded micro-batch holds only a few runs, so that CV is little more than
+the spread of single runs, which a user does not care about: what matters is
+how well the *mean* (the number the cost model and the ranking use) is known.
+``stop_rule="ci"`` stops once the 95 % confidence interval of the mean run time
+(Student's t over every run taken) is narrower than ``ci_threshold`` of the
+mean on either side (``stopped_by="ci"``); ``"cv"`` is the paper's rule;
+``"auto"`` (the default) uses the CI rule for kernels whose micro-batches are
+cut short by ``micro_batch_ms`` and the CV rule for the rest. Both rules need
+two micro-batches, so a drift between them is still seen.
 """
 
 from __future__ import annotations
@@ -41,12 +53,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..common.choices import STOP_RULES
+
 #: the paper's defaults: micro-batches of 50 runs of at most n = 500, stop below 10 % CV
 DEFAULT_MICRO_BATCH = 50
 DEFAULT_MAX_RUNS = 500
 DEFAULT_CV_THRESHOLD = 0.10  # the paper's; profiles default to 0.03 (see device_profiles/README.md)
 #: runs of the probe call that sizes time-bounded micro-batches
 PROBE_RUNS = 3
+#: relative half-width of the mean's 95 % confidence interval that ends timing under the CI rule
+DEFAULT_CI_THRESHOLD = 0.03
 
 
 def cumulative_cv(batches: Sequence[Sequence[float]]) -> float:
@@ -64,6 +80,28 @@ def cumulative_cv(batches: Sequence[Sequence[float]]) -> float:
     return float(np.std(perf) / np.mean(perf))
 
 
+def mean_ci_halfwidth(run_secs: Sequence[float]) -> float:
+    """Half-width of the 95 % confidence interval of the mean run time, relative to the mean.
+
+    Student's t with n - 1 degrees of freedom over the single runs; ``inf`` for
+    fewer than two runs or a non-positive mean.
+    """
+    n = len(run_secs)
+    if n < 2:
+        return math.inf
+    mean = float(np.mean(run_secs))
+    if mean <= 0:
+        return math.inf
+    return float(_t_quantile(n - 1) * np.std(run_secs, ddof=1) / math.sqrt(n) / mean)
+
+
+def _t_quantile(dof: int) -> float:
+    """Student's t 97.5 % quantile (two-sided 95 %)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
+
+
 @dataclass
 class AdaptiveResult:
     """How one candidate was measured."""
@@ -71,7 +109,7 @@ class AdaptiveResult:
     run_secs: list[float]  # the single-run times the estimate uses, in order
     cv: float  # the final cumulative-throughput CV
     micro_batches: int
-    stopped_by: str  # "cv" (stable), "budget" (device-time budget spent), "cap" (max_runs reached)
+    stopped_by: str  # "cv" / "ci" (stable by that rule), "budget" (device-time budget spent), "cap" (max_runs reached)
     batch_means: list[float] = field(default_factory=list)
     probe_runs: int = 0  # warm-up/sizing runs, timed but not part of the estimate
 
@@ -103,6 +141,11 @@ class AdaptiveEvaluator:
         Device time a micro-batch may take (0: always ``micro_batch`` runs, as in the paper).
     budget_ms:
         Device time one candidate may take, at least stock's (see the module docstring; 0: no budget).
+    stop_rule:
+        ``"cv"`` (the paper's), ``"ci"`` (the mean's confidence interval) or ``"auto"``
+        (CI for kernels too long for a full micro-batch, CV for the rest).
+    ci_threshold:
+        The CI rule stops once the mean's 95 % interval is within this share of the mean on either side.
     """
 
     micro_batch: int = DEFAULT_MICRO_BATCH
@@ -111,6 +154,8 @@ class AdaptiveEvaluator:
     min_runs: int = 0
     micro_batch_ms: float = 0.0
     budget_ms: float = 0.0
+    stop_rule: str = "cv"
+    ci_threshold: float = DEFAULT_CI_THRESHOLD
 
     def __post_init__(self) -> None:
         if self.micro_batch < 1:
@@ -125,6 +170,10 @@ class AdaptiveEvaluator:
             raise ValueError(f"micro_batch_ms must be >= 0, got {self.micro_batch_ms!r} instead")
         if not self.budget_ms >= 0:
             raise ValueError(f"budget_ms must be >= 0, got {self.budget_ms!r} instead")
+        if self.stop_rule not in STOP_RULES:
+            raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}, got {self.stop_rule!r} instead")
+        if not self.ci_threshold > 0:
+            raise ValueError(f"ci_threshold must be > 0, got {self.ci_threshold!r} instead")
 
     def budget_sec(self, run_sec: float) -> float:
         """Device seconds a candidate of ``run_sec`` per run may take: at least what stock's evaluator takes."""
@@ -145,6 +194,7 @@ class AdaptiveEvaluator:
         if self.micro_batch_ms > 0:
             probe = self._call(time_runs, min(PROBE_RUNS, self.max_runs))
         size = self.batch_size(float(np.mean(probe)) if probe else None)
+        rule = self.rule_for(size)
         batches: list[list[float]] = []
         runs = len(probe)
         spent = float(np.sum(probe))
@@ -157,11 +207,22 @@ class AdaptiveEvaluator:
             runs += count
             spent += float(np.sum(batches[-1]))
             cv = cumulative_cv(batches)
-            if runs >= self.min_runs and cv < self.cv_threshold:
-                return self._result(batches, cv, "cv", len(probe))
+            if runs >= self.min_runs and len(batches) >= 2 and self._stable(rule, cv, batches):
+                return self._result(batches, cv, rule, len(probe))
             if len(batches) >= 2 and spent >= self.budget_sec(spent / runs):
                 return self._result(batches, cv, "budget", len(probe))
         return self._result(batches, cv, "cap", len(probe))
+
+    def rule_for(self, batch_size: int) -> str:
+        """The stop rule for a candidate whose micro-batches hold ``batch_size`` runs."""
+        if self.stop_rule != "auto":
+            return self.stop_rule
+        return "ci" if batch_size < self.micro_batch else "cv"
+
+    def _stable(self, rule: str, cv: float, batches: list[list[float]]) -> bool:
+        if rule == "ci":
+            return mean_ci_halfwidth([t for batch in batches for t in batch]) < self.ci_threshold
+        return cv < self.cv_threshold
 
     @staticmethod
     def _call(time_runs: Callable[[int], Sequence[float]], count: int) -> list[float]:

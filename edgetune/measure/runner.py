@@ -50,6 +50,7 @@ class MeasureStats:
     errors: list[str] = field(default_factory=list)
     runs: int = 0  # single runs timed by the adaptive evaluator
     stopped_by_cv: int = 0  # candidates whose throughput CV fell below the threshold
+    stopped_by_ci: int = 0  # candidates whose mean's 95 % confidence interval became narrow enough
     stopped_by_cap: int = 0  # candidates that used max_runs
     stopped_by_budget: int = 0  # candidates that spent the device-time budget (measure.budget_ms)
     by_board: dict[str, int] = field(default_factory=dict)  # candidates measured per board (host:port)
@@ -177,6 +178,8 @@ class TrackerRunner(PyRunner):
                 min_runs=self.config.min_runs,
                 micro_batch_ms=self.config.micro_batch_ms,
                 budget_ms=self.config.budget_ms,
+                stop_rule=self.config.stop_rule,
+                ci_threshold=self.config.ci_threshold,
             )
             if self.config.evaluator == "adaptive"
             else None
@@ -373,6 +376,8 @@ class TrackerRunner(PyRunner):
                 self.stats.runs += adaptive.runs
                 if adaptive.stopped_by == "cv":
                     self.stats.stopped_by_cv += 1
+                elif adaptive.stopped_by == "ci":
+                    self.stats.stopped_by_ci += 1
                 elif adaptive.stopped_by == "budget":
                     self.stats.stopped_by_budget += 1
                 else:

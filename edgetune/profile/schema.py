@@ -34,6 +34,7 @@ from edgetune.common.choices import (  # noqa: F401 - re-exported: the schema's 
     RPC_DEVICES,
     SAMPLERS,
     SEARCH_STRATEGIES,
+    STOP_RULES,
     TASK_SCHEDULERS,
     TRANSFERS,
 )
@@ -94,6 +95,10 @@ class MeasureSettings:
     micro_batch_ms: float = 25.0
     # device time one candidate may take (at least stock's: (probe runs + 1) x run time); 0: no budget
     budget_ms: float = 100.0
+    # "ci": stop once the mean's 95 % CI is within ci_threshold; "cv": the paper's CV rule;
+    # "auto": CI for kernels too long for a full micro-batch, CV for the rest
+    stop_rule: str = "auto"
+    ci_threshold: float = 0.03
 
 
 @dataclass(frozen=True)
@@ -278,6 +283,8 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "min_runs": _integer(0, default=0),
         "micro_batch_ms": _number(at_least=0, default=25.0),
         "budget_ms": _number(at_least=0, default=100.0),
+        "stop_rule": _string(STOP_RULES, default="auto"),
+        "ci_threshold": _number(above=0, default=0.03),
     },
     "tuning": {
         "trials": _integer(1, default=256),

@@ -15,7 +15,7 @@ from .data import RunData, Session
 
 TRIALS_LABEL = {"history": "trials: the history's records of the model's tasks", "summary": "trials, as the sessions counted them"}
 SESSION_LINE = {"color": "0.45", "linestyle": ":", "linewidth": 1.2}
-STOPPED_BY_COLORS = {"cv": "tab:blue", "budget": "tab:orange", "cap": "tab:red"}
+STOPPED_BY_COLORS = {"cv": "tab:blue", "ci": "tab:green", "budget": "tab:orange", "cap": "tab:red"}
 TIME_PARTS = (  # (label, colour) of the stacked bars, in order
     ("device: timing candidates", "tab:blue"),
     ("upload to the device", "tab:cyan"),
@@ -228,6 +228,7 @@ def runs_figure(data: RunData) -> Figure | None:
 def _stopped_by_label(kind: str) -> str:
     labels = {
         "cv": "stopped: throughput CV low enough",
+        "ci": "stopped: mean known closely enough (95% CI, measure.ci_threshold)",
         "budget": "stopped: device-time budget spent (measure.budget_ms)",
         "cap": "stopped: run cap reached",
     }

@@ -23,7 +23,9 @@ def check_combined_settings(profile: DeviceProfile) -> None:
     m = profile.measure
     if m.evaluator == "adaptive":
         try:
-            AdaptiveEvaluator(m.micro_batch, m.max_runs, m.cv_threshold, m.min_runs, m.micro_batch_ms)
+            AdaptiveEvaluator(
+                m.micro_batch, m.max_runs, m.cv_threshold, m.min_runs, m.micro_batch_ms, m.budget_ms, m.stop_rule, m.ci_threshold
+            )
         except ValueError as error:
             raise ProfileError(f"{profile.origin}: [measure] {error}") from None
     try:
@@ -94,7 +96,7 @@ def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
     }
     if m.evaluator != "adaptive" or stats is None:
         return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms, **boards}
-    timed = stats.stopped_by_cv + stats.stopped_by_cap + getattr(stats, "stopped_by_budget", 0)
+    timed = stats.stopped_by_cv + stats.stopped_by_cap + getattr(stats, "stopped_by_budget", 0) + getattr(stats, "stopped_by_ci", 0)
     return {
         **boards,
         "evaluator": "adaptive",
@@ -104,7 +106,10 @@ def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
         "candidates": timed,
         "runs": stats.runs,
         "mean_runs_per_candidate": stats.runs / timed if timed else None,
+        "stop_rule": m.stop_rule,
+        "ci_threshold": m.ci_threshold,
         "stopped_by_cv": stats.stopped_by_cv,
+        "stopped_by_ci": getattr(stats, "stopped_by_ci", 0),
         "stopped_by_cap": stats.stopped_by_cap,
         "stopped_by_budget": getattr(stats, "stopped_by_budget", 0),
         "budget_ms": m.budget_ms,

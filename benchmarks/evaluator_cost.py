@@ -1,23 +1,28 @@
 """Evaluator cost on whole real models: stock MetaSchedule's timing vs edgetune's adaptive one (issue 17).
 
 Part 1 (the product): each model is tuned through ``edgetune.tuning.run_tune``
-(what ``edgetune tune`` runs) with the same budget twice per seed, differing
-only in ``[measure]``:
+(what ``edgetune tune`` runs) with the same budget per seed, in three
+configurations differing only in profile settings:
 
-  stock      evaluator "fixed", number=3, repeat=1, min_repeat_ms=100
-             (MetaSchedule's default RPC evaluator settings)
-  adaptive   the host profile's adaptive evaluator (CV rule, time-bounded
-             micro-batches, per-candidate device-time budget ``budget_ms``)
+  stock        the product's search; evaluator "fixed", number=3, repeat=1,
+               min_repeat_ms=100 (MetaSchedule's default RPC evaluator)
+  adaptive     the profile as shipped: adaptive evaluator (stop rule,
+               time-bounded micro-batches, device-time budget ``budget_ms``)
+  stock-stack  MetaSchedule's search as well (XGBoost, no K-means sampling,
+               no early stop, fixed random share) with its evaluator
 
-Reported: device seconds per measured candidate (time inside the remote
-timing calls, from the runner) and the model's estimated latency after tuning
-(sum over tasks of weight x best latency). Goal: adaptive at or below stock's
-device seconds on every model, best latency within the seeds' spread.
+Reported: device seconds (time inside the remote timing calls, from the
+runner), per measured candidate and per run, and the delivered model's
+latency: the tuned model built and timed end to end on the board by one
+common evaluator, so no evaluator can flatter its own candidates. Goals
+(issue 17): adaptive at or below stock's device seconds per candidate on every
+model; the whole stack at least 50 % below stock-stack's device seconds; the
+delivered latency within the seeds' spread.
 
 Part 2 (ranking, a component check): the candidates the adaptive run measured
-for the model's workload with the most records are re-measured by both evaluators on the same
-board, and the two rankings compared (Spearman's rho over candidates; does
-stock's fastest stay the adaptive one's fastest?).
+for the model's workload with the most records are re-measured on one board by
+stock, adaptive and stock again; Spearman's rho of stock vs adaptive is
+compared with stock vs stock-again (the agreement the board's noise allows).
 
 Usage::
 
@@ -44,14 +49,24 @@ from _results import write_section
 
 MARK = "evaluator_cost"
 STOCK = dict(evaluator="fixed", number=3, repeat=1, min_repeat_ms=100)
+#: MetaSchedule's own search: XGBoost, no sampling, no early stop, a fixed random share
+STOCK_SEARCH = dict(cost_model="xgb", sampler="none", early_stop="none", exploration="fixed")
+#: name -> ([tuning] overrides, [measure] overrides) of the profile
+CONFIGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "stock": ({}, STOCK),
+    "adaptive": ({}, {}),
+    "stock-stack": (STOCK_SEARCH, STOCK),
+}
 
 
 def _profile(args: argparse.Namespace, seed: int, config: str) -> Any:
     from edgetune.profile import load_profile
 
     profile = load_profile(args.profile)
-    measure = profile.measure if config == "adaptive" else dataclasses.replace(profile.measure, **STOCK)
-    return dataclasses.replace(profile, measure=measure, tuning=dataclasses.replace(profile.tuning, seed=seed))
+    tuning, measure = CONFIGS[config]
+    return dataclasses.replace(
+        profile, measure=dataclasses.replace(profile.measure, **measure), tuning=dataclasses.replace(profile.tuning, seed=seed, **tuning)
+    )
 
 
 def tune(model: str, seed: int, config: str, board: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -61,14 +76,16 @@ def tune(model: str, seed: int, config: str, board: Any, args: argparse.Namespac
     spec = f"demo:{model}@{args.res}"
     summary = run_tune(
         TuneOptions(profile=_profile(args, seed, config), model=spec, out_dir=out, trials=args.trials,
-                    evaluate=False, warm_start="off", board=board)
+                    evaluate=args.end_to_end, warm_start="off", board=board)
     )
+    e2e = summary.end_to_end
     measured = summary.trials.measured_on_device
     estimate = sum(t.weight * t.best_latency_us for t in summary.tasks if t.best_latency_us is not None)
     return {
         "model": model, "seed": seed, "config": config, "measured": measured,
         "device_s": summary.seconds.device, "device_per_candidate_ms": summary.seconds.device / measured * 1e3 if measured else None,
         "estimate_ms": estimate / 1e3, "history": summary.history, "out": str(out),
+        "model_ms": e2e.tuned_ms if e2e and e2e.tuned_latency else None,  # the delivered model, timed end to end
         "runs_per_candidate": (summary.measurement or {}).get("mean_runs_per_candidate"),
         "stopped_by": {k: (summary.measurement or {}).get(f"stopped_by_{k}", 0) for k in ("cv", "ci", "budget", "cap")},
     }
@@ -148,35 +165,52 @@ def _stopped(rows: list[dict[str, Any]]) -> str:
     return "/".join(str(sum(r.get("stopped_by", {}).get(k, 0) for r in rows)) for k in ("cv", "ci", "budget", "cap"))
 
 
+def _ratios(rows: list[dict[str, Any]], model: str, config: str, key: str, base: str) -> list[float]:
+    """Per seed: ``config``'s ``key`` over ``base``'s."""
+    out = []
+    for r in rows:
+        if r["model"] != model or r["config"] != config:
+            continue
+        b = next((b for b in rows if b["model"] == model and b["seed"] == r["seed"] and b["config"] == base), None)
+        if b and r.get(key) and b.get(key):
+            out.append(r[key] / b[key])
+    return out
+
+
 def report_text(rows: list[dict[str, Any]], ranks: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
+    configs = [c for c in CONFIGS if any(r["config"] == c for r in rows)]
     lines = [
         "## Evaluator cost on whole models: stock vs adaptive (issue 17)",
         "",
         f"Reproduce: `python benchmarks/evaluator_cost.py --models {' '.join(args.models)} --seeds "
-        f"{' '.join(map(str, args.seeds))} --trials {args.trials} --res {args.res} --write-results` "
+        f"{' '.join(map(str, args.seeds))} --trials {args.trials} --res {args.res} --configs {' '.join(configs)}"
+        f"{' --rank-candidates ' + str(args.rank_candidates) if args.rank_candidates else ''} --write-results` "
         f"({platform.machine()}, {seconds / 60:.0f} min in one run).",
         "",
-        f"Each model tuned by `run_tune` with profile `{args.profile}` and {args.trials} trials, loopback board; "
-        "the two configurations differ only in `[measure]` (stock: fixed, number=3, repeat=1, min_repeat_ms=100). "
-        "Median [min-max] over seeds; ratio per seed adaptive/stock, then the median.",
+        f"Each model tuned by `run_tune` (what `edgetune tune` runs) with profile `{args.profile}`, {args.trials} trials, "
+        "loopback board, no warm start. `stock`: the product's search with MetaSchedule's evaluator "
+        "(fixed, number=3, repeat=1, min_repeat_ms=100); `adaptive`: the profile as shipped (adaptive evaluator, "
+        "stop rule, budget); `stock-stack`: MetaSchedule's search too (XGBoost, no K-means, no early stop, fixed "
+        "random share) with its evaluator. Device s: time inside the remote timing calls, whole run. Delivered model "
+        "ms: the tuned model built and timed end to end on the board by one common evaluator. Median [min-max] over "
+        "seeds; ratios per seed, then the median.",
         "",
-        "| model | config | measured | device ms / candidate | adaptive / stock | runs / candidate | stopped by cv/ci/budget/cap (all seeds) | estimated model ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | config | measured | device s | device ms / candidate | vs stock (per candidate) | vs stock-stack (device s) "
+        "| runs / candidate | stopped by cv/ci/budget/cap (all seeds) | delivered model ms | vs stock-stack (model ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model in args.models:
-        for config in ("stock", "adaptive"):
+        for config in configs:
             mine = [r for r in rows if r["model"] == model and r["config"] == config]
-            ratios = []
-            if config == "adaptive":
-                for r in mine:
-                    base = next(b for b in rows if b["model"] == model and b["seed"] == r["seed"] and b["config"] == "stock")
-                    if r["device_per_candidate_ms"] and base["device_per_candidate_ms"]:
-                        ratios.append(r["device_per_candidate_ms"] / base["device_per_candidate_ms"])
             lines.append(
-                f"| {model} | {config} | {_spread([r['measured'] for r in mine])} | {_spread([r['device_per_candidate_ms'] for r in mine])} "
-                f"| {_spread(ratios) if ratios else ''} | {_spread([r['runs_per_candidate'] for r in mine])} "
+                f"| {model} | {config} | {_spread([r['measured'] for r in mine])} | {_spread([r['device_s'] for r in mine])} "
+                f"| {_spread([r['device_per_candidate_ms'] for r in mine])} "
+                f"| {_spread(_ratios(rows, model, config, 'device_per_candidate_ms', 'stock'))} "
+                f"| {_spread(_ratios(rows, model, config, 'device_s', 'stock-stack'))} "
+                f"| {_spread([r['runs_per_candidate'] for r in mine])} "
                 f"| {_stopped(mine) if config == 'adaptive' else ''} "
-                f"| {_spread([r['estimate_ms'] for r in mine])} |"
+                f"| {_spread([r.get('model_ms') for r in mine])} "
+                f"| {_spread(_ratios(rows, model, config, 'model_ms', 'stock-stack'))} |"
             )
     if ranks:
         lines += ["", "Ranking check: the adaptive run's candidates of the workload with the most records (first seed), "
@@ -197,6 +231,9 @@ def main() -> int:
     parser.add_argument("--res", type=int, default=64)
     parser.add_argument("--profile", default="host")
     parser.add_argument("--rank-candidates", type=int, default=0, help="also run the ranking check on this many candidates (0: skip)")
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--no-end-to-end", dest="end_to_end", action="store_false",
+                        help="skip timing each delivered model end to end (faster; only the tasks' estimate is reported)")
     parser.add_argument("--rows", help="also write every tuned run's row to this JSON file as it finishes")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
@@ -212,7 +249,7 @@ def main() -> int:
         shared = TrackerBoard(address)
         for seed in args.seeds:
             for model in args.models:
-                for config in ("stock", "adaptive"):  # interleaved: machine noise hits both
+                for config in args.configs:  # interleaved: machine noise hits all
                     row = tune(model, seed, config, shared, args)
                     print(row, file=sys.stderr, flush=True)
                     rows.append(row)

@@ -236,7 +236,12 @@ def main() -> int:
                         help="skip timing each delivered model end to end (faster; only the tasks' estimate is reported)")
     parser.add_argument("--rows", help="also write every tuned run's row to this JSON file as it finishes")
     parser.add_argument("--write-results", action="store_true")
+    parser.add_argument("--from-rows", help="report the rows of an earlier --rows file instead of tuning (no ranking check)")
     args = parser.parse_args()
+    if args.from_rows:
+        rows = json.loads(Path(args.from_rows).read_text())
+        print(report_text(rows, [], args, 0.0))
+        return 0
     from edgetune.board.base import EmbeddedBoard
 
     started = time.monotonic()

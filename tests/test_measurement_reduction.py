@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from edgetune.measure.evaluator import PROBE_RUNS, AdaptiveEvaluator, cumulative_cv, mean_ci_halfwidth
+from edgetune.measure.evaluator import PROBE_RUNS, STOCK_RUNS, AdaptiveEvaluator, cumulative_cv, mean_ci_halfwidth
 from edgetune.search.early_stop import AdaptiveEarlyStop, EarlyStop, FixedEarlyStop, make_early_stop
 from edgetune.search.sampling import KMeansSampler
 from edgetune.search.surrogate import aggregate_features, expected_improvement
@@ -93,12 +93,29 @@ def test_device_time_budget_stops_a_never_stable_2ms_kernel_near_stocks_cost():
     assert bounded.runs < unbounded.runs / 5
     # it stops after the micro-batch that crossed 100 ms (micro-batches hold about 25 ms)
     assert 0.1 - 0.05 <= sum(bounded.run_secs) <= 0.1 + 0.1
-    # a slow kernel's budget is at least stock's cost: (probe + 1) runs, so it still gets two micro-batches
+    # a slow kernel's budget is stock's cost (its warm-up and 3 runs): the probe and three single runs
     slow = AdaptiveEvaluator(**settings, budget_ms=100).measure(NoisyTimer(80e-3, batch_sigma=0.5, seed=1))
-    assert slow.stopped_by == "budget" and slow.micro_batches == 2
+    assert slow.stopped_by == "budget" and slow.runs == STOCK_RUNS and slow.micro_batches == STOCK_RUNS - PROBE_RUNS
     # a quiet candidate still stops on the CV, before the budget
     quiet = AdaptiveEvaluator(**settings, budget_ms=100).measure(NoisyTimer(2e-3, batch_sigma=0.001))
     assert quiet.stopped_by == "cv"
+
+
+@pytest.mark.parametrize("run_ms", [0.01, 0.5, 2.0, 10.0, 30.0, 80.0, 200.0])
+def test_a_candidate_never_costs_more_device_time_than_stocks_evaluator(run_ms):
+    """Stock (number=3, min_repeat_ms=100, one warm-up) spends about max(100 ms, 3 runs) plus a run.
+
+    The profile's evaluator (CI/CV rule, 25 ms micro-batches, 100 ms budget) on
+    a noisy board never spends more than that (beyond the small error of
+    predicting a micro-batch from the runs before it), at every kernel length.
+    """
+    evaluator = AdaptiveEvaluator(micro_batch=50, max_runs=500, cv_threshold=0.03, micro_batch_ms=25, budget_ms=100, stop_rule="auto")
+    stock = max(0.1, 3 * run_ms / 1e3) + run_ms / 1e3
+    for seed in range(5):
+        timer = NoisyTimer(run_ms / 1e3, batch_sigma=0.2, run_sigma=0.05, seed=seed)
+        spent: list[float] = []
+        evaluator.measure(lambda count: spent.extend(timer(count)) or spent[-count:])
+        assert sum(spent) <= 1.25 * stock, (seed, sum(spent), stock)
 
 
 def test_mean_ci_halfwidth_matches_hand_computation():

@@ -15,10 +15,10 @@ second micro-batch agrees with the first and timing stops; on a noisy one
 more runs are taken. The GFLOP count cancels out of the CV, so only run times
 are needed.
 
-One addition to the paper: with ``micro_batch_ms`` > 0 a short probe call
-(``PROBE_RUNS`` runs, also a warm-up, not part of the estimate) measures the
-run time first, and micro-batches then hold at most ``micro_batch_ms`` of
-device time (never fewer than ``PROBE_RUNS`` runs). Fifty runs of a 10 ms
+One addition to the paper: with ``micro_batch_ms`` > 0 a probe call
+(``PROBE_RUNS`` run, also the warm-up stock's evaluator does, not part of the
+estimate) measures the run time first, and micro-batches then hold at most
+``micro_batch_ms`` of device time (at least one run). Fifty runs of a 10 ms
 convolution would otherwise cost half a second per micro-batch, more than stock
 MetaSchedule's 100 ms per candidate; sub-millisecond kernels still get the
 paper's full micro-batch. ``micro_batch_ms = 0`` is the paper's rule.
@@ -27,10 +27,15 @@ A second addition: a device-time budget per candidate (``budget_ms``). On a
 busy board the CV may never settle, and a 2 ms kernel run to the 500-run cap
 costs a second of board time, ten times what stock MetaSchedule's evaluator
 spends (``number=3, min_repeat_ms=100``: about 100 ms, or 3 runs of a longer
-kernel, plus a warm-up). Once two micro-batches have run and the device time
-spent on the candidate reaches ``max(budget_ms, (PROBE_RUNS + 1) x run time)``
-(stock's cost), timing stops (``stopped_by="budget"``); the estimate is the
-mean of every run taken, as for the cap. ``budget_ms = 0`` turns it off.
+kernel, plus a warm-up). Once two micro-batches have run, no micro-batch is
+started that would take the device time spent on the candidate past
+``max(budget_ms, STOCK_RUNS x run time)`` (stock's cost): timing stops
+(``stopped_by="budget"``) and the estimate is the mean of every run taken, as
+for the cap. So a candidate never costs more than stock's evaluator would
+spend on it (to within the error of predicting the next micro-batch from the
+runs so far); a kernel too long for that to allow more than its probe and two
+single-run micro-batches gets one more run and ends with stock's four.
+``budget_ms = 0`` turns it off.
 
 A third: which spread stops the timing (``stop_rule``). The paper's CV of the
 cumulative throughput compares micro-batches; when kernels are long a
@@ -59,8 +64,10 @@ from ..common.choices import STOP_RULES
 DEFAULT_MICRO_BATCH = 50
 DEFAULT_MAX_RUNS = 500
 DEFAULT_CV_THRESHOLD = 0.10  # the paper's; profiles default to 0.03 (see device_profiles/README.md)
-#: runs of the probe call that sizes time-bounded micro-batches
-PROBE_RUNS = 3
+#: runs of the probe call that sizes time-bounded micro-batches (and warms up, as stock's one untimed run)
+PROBE_RUNS = 1
+#: runs stock MetaSchedule's evaluator spends on a long kernel: number=3 timed, plus its warm-up
+STOCK_RUNS = 4
 #: relative half-width of the mean's 95 % confidence interval that ends timing under the CI rule
 DEFAULT_CI_THRESHOLD = 0.03
 
@@ -179,14 +186,14 @@ class AdaptiveEvaluator:
         """Device seconds a candidate of ``run_sec`` per run may take: at least what stock's evaluator takes."""
         if self.budget_ms <= 0:
             return math.inf
-        return max(self.budget_ms / 1e3, (PROBE_RUNS + 1) * run_sec)
+        return max(self.budget_ms / 1e3, STOCK_RUNS * run_sec)
 
     def batch_size(self, run_sec: float | None) -> int:
         """Runs in the next micro-batch given the run time seen so far."""
         if self.micro_batch_ms <= 0 or run_sec is None or run_sec <= 0:
             return self.micro_batch
         fitting = math.ceil(self.micro_batch_ms / 1e3 / run_sec)
-        return max(min(PROBE_RUNS, self.micro_batch), min(self.micro_batch, fitting))
+        return max(1, min(self.micro_batch, fitting))
 
     def measure(self, time_runs: Callable[[int], Sequence[float]]) -> AdaptiveResult:
         """Call ``time_runs(k)`` (returns ``k`` single-run times in seconds) until stable."""
@@ -203,14 +210,14 @@ class AdaptiveEvaluator:
             count = min(size, self.max_runs - runs)
             if count <= 0:
                 break
+            if len(batches) >= 2 and spent + count * spent / runs > self.budget_sec(spent / runs) * (1 + 1e-9):
+                return self._result(batches, cv, "budget", len(probe))
             batches.append(self._call(time_runs, count))
             runs += count
             spent += float(np.sum(batches[-1]))
             cv = cumulative_cv(batches)
             if runs >= self.min_runs and len(batches) >= 2 and self._stable(rule, cv, batches):
                 return self._result(batches, cv, rule, len(probe))
-            if len(batches) >= 2 and spent >= self.budget_sec(spent / runs):
-                return self._result(batches, cv, "budget", len(probe))
         return self._result(batches, cv, "cap", len(probe))
 
     def rule_for(self, batch_size: int) -> str:

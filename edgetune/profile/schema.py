@@ -93,7 +93,7 @@ class MeasureSettings:
     cv_threshold: float = 0.03
     min_runs: int = 0
     micro_batch_ms: float = 25.0
-    # device time one candidate may take (at least stock's: (probe runs + 1) x run time); 0: no budget
+    # device time one candidate may take (at least stock's: 4 x run time); 0: no budget
     budget_ms: float = 100.0
     # "ci": stop once the mean's 95 % CI is within ci_threshold; "cv": the paper's CV rule;
     # "auto": CI for kernels too long for a full micro-batch, CV for the rest

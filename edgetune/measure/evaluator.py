@@ -33,9 +33,12 @@ started that would take the device time spent on the candidate past
 (``stopped_by="budget"``) and the estimate is the mean of every run taken, as
 for the cap. So a candidate never costs more than stock's evaluator would
 spend on it (to within the error of predicting the next micro-batch from the
-runs so far); a kernel too long for that to allow more than its probe and two
-single-run micro-batches gets one more run and ends with stock's four.
-``budget_ms = 0`` turns it off.
+runs so far). ``budget_ms = 0`` turns it off.
+
+Every timing call (``time_evaluator``) runs the kernel once untimed before
+the runs it times, so a call of ``k`` runs costs ``k + 1``; the budget counts
+it. For a kernel so long that micro-batches hold a single run, the probe's
+run is the first micro-batch: probe, one more run and stop is stock's cost.
 
 A third: which spread stops the timing (``stop_rule``). The paper's CV of the
 cumulative throughput compares micro-batches; when kernels are long a
@@ -204,17 +207,24 @@ class AdaptiveEvaluator:
         rule = self.rule_for(size)
         batches: list[list[float]] = []
         runs = len(probe)
-        spent = float(np.sum(probe))
+        # every timing call runs the kernel once more, untimed (TVM's time_evaluator warms up)
+        spent = float(np.sum(probe)) + (float(np.mean(probe)) if probe else 0.0)
+        if size == 1 and probe:
+            # a kernel too long for more than single-run micro-batches: the probe's run (already
+            # warmed up by its call) is the first micro-batch, or the probe alone would cost half the budget
+            batches, probe = [probe], []
         cv = math.inf
         while True:
             count = min(size, self.max_runs - runs)
             if count <= 0:
                 break
-            if len(batches) >= 2 and spent + count * spent / runs > self.budget_sec(spent / runs) * (1 + 1e-9):
-                return self._result(batches, cv, "budget", len(probe))
+            if len(batches) >= 2:
+                mean = spent / (runs + len(batches) + bool(probe))  # per execution, warm-ups included
+                if spent + (count + 1) * mean > self.budget_sec(mean) * (1 + 1e-9):
+                    return self._result(batches, cv, "budget", len(probe))
             batches.append(self._call(time_runs, count))
             runs += count
-            spent += float(np.sum(batches[-1]))
+            spent += float(np.sum(batches[-1])) + float(np.mean(batches[-1]))
             cv = cumulative_cv(batches)
             if runs >= self.min_runs and len(batches) >= 2 and self._stable(rule, cv, batches):
                 return self._result(batches, cv, rule, len(probe))

@@ -169,7 +169,7 @@ def render(tracker: TrackerStatus | None, history: tuple[str, list[BoardHistory]
         rows = [[b.board_id, str(b.records), str(b.failed), str(len(b.workloads)), when(b.last)] for b in entries]
         lines += table(rows, ["BOARD", "RECORDS", "FAILED", "WORKLOADS", "LAST MEASURED (UTC)"]) if rows \
             else ["  no records"]
-        detail = [[b.board_id, w.task, str(w.records), str(w.failed), latency(w.best_sec), when(w.last)]
+        detail = [[b.board_id, f"{w.task} #{w.workload_id}", str(w.records), str(w.failed), latency(w.best_sec), when(w.last)]
                   for b in entries for w in b.workloads]
         if detail:
             lines.append("")

@@ -214,6 +214,26 @@ def test_the_wait_is_bounded_and_a_slow_clock_counts_as_throttling(in_site: Site
     assert notes[-1].startswith("board hot still throttling after ") and notes[-1].endswith("measuring anyway")
 
 
+def test_a_board_without_ssh_is_measured_as_a_plain_tracker_board(in_site: Site) -> None:
+    from dataclasses import replace
+
+    from edgetune.profile import load_profile
+    from edgetune.provision.board import ProvisionedBoard
+    from edgetune.provision.inventory import load_inventory
+    from harness.sshd import free_port
+
+    inventory = load_inventory()
+    notes: list[str] = []
+    gone = replace(inventory.get("hot"), port=free_port())  # nothing listens there; the tracker still has the server
+    board = ProvisionedBoard(gone, inventory, load_profile("host"), _address(in_site), notes.append)
+    with board as address:
+        board.before_batch()
+        board.after_batch()
+    assert address == _address(in_site)
+    assert len(notes) == 1 and notes[0].startswith("WARNING: board hot: no SSH (") and "Connection refused" in notes[0]
+    assert board.health_summary()["readings"] == 0 and board.restarts == 0
+
+
 # ----------------------------------------------------------------------------- a crashed server
 
 

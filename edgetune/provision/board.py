@@ -56,6 +56,7 @@ class ProvisionedBoard(Board):
         self.restarts = 0
         self._gave_up = False
         self._restartable = False
+        self._no_ssh = False
         self._connection: BoardConnection | None = None
         self._base = ""
         self._facts: BoardFacts | None = None
@@ -63,15 +64,23 @@ class ProvisionedBoard(Board):
 
     # -- Board ---------------------------------------------------------------
     def open(self) -> TrackerAddress:
+        """Connect over SSH (without it the board is measured as a plain tracker board), then check the key."""
         with self._lock:
-            if self._connection is None:
+            if self._connection is None and not self._no_ssh:
                 connection = BoardConnection(self.entry)
-                self._facts = detect(connection)
-                self._base = remote_dir(self.entry.remote_dir, self._facts)
-                self._connection = connection
-                # only the server provision started (its key, at the inventory's tracker) is brought back
-                server_key = self.entry.rpc_key(load_profile(self.entry.profile))
-                self._restartable = (server_key, self.inventory.tracker.port) == (self.address.key, self.address.port)
+                try:
+                    self._facts = detect(connection)
+                except EdgetuneError as error:
+                    connection.close()
+                    self._no_ssh = True
+                    self.notify(f"WARNING: board {self.entry.name}: no SSH ({' '.join(str(error).split())}); measuring "
+                                "without heat readings or server restarts")
+                else:
+                    self._base = remote_dir(self.entry.remote_dir, self._facts)
+                    self._connection = connection
+                    # only the server provision started (its key, at the inventory's tracker) is brought back
+                    server_key = self.entry.rpc_key(load_profile(self.entry.profile))
+                    self._restartable = (server_key, self.inventory.tracker.port) == (self.address.key, self.address.port)
         self.ensure_server()
         check_device_available(self.address)
         return self.address
@@ -113,6 +122,8 @@ class ProvisionedBoard(Board):
 
     # -- heat --------------------------------------------------------------------
     def _read(self, when: str) -> HeatReading | None:
+        if self._no_ssh:
+            return None
         try:
             with self._lock:
                 reading = read_heat(self._conn())
@@ -184,6 +195,9 @@ class ProvisionedBoard(Board):
         from .workflow import _check_direct
 
         facts = self._facts or BoardFacts(arch="")
+        deadline = time.monotonic() + 5.0
+        while self._registered() and time.monotonic() < deadline:  # the dead server's entry leaves the tracker
+            time.sleep(0.2)
         advertise = _check_direct(self.entry, self.inventory) if self.entry.mode == "direct" else ""
         if self.entry.mode == "tunnel":
             ensure_tunnel(self.entry, self.inventory.tracker.port, self.notify)

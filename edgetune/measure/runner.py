@@ -252,6 +252,9 @@ class TrackerRunner(PyRunner):
                     worker.join()
                 if work.pending and work.settled == settled:
                     self._give_up(work.drain(), work.last_error)
+            # a lost session's error holds, in its traceback, a worker's frame and so the session that
+            # worker opened next: dropped now, that session ends now and its board is free for the next batch
+            work.last_error = None
             if to_measure:
                 self._hook("after_batch")
             with self._stats_lock:

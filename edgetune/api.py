@@ -124,6 +124,8 @@ def tune_options(
         warm_start=warm_start,
         suggested=suggested,
         scheduler=scheduler,
+        board_name=board or None,
+        inventory=inventory,
     )
 
 

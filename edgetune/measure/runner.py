@@ -63,6 +63,22 @@ class MeasureStats:
 CRASHES_TO_FAIL = 2
 
 
+class MeasureHooks:
+    """What a board that can be looked after (see edgetune.provision.board) is told by the runner.
+
+    Each call is advice: an exception from a hook is recorded in ``stats.errors``, never a failed batch.
+    """
+
+    def before_batch(self) -> None:
+        """Before a batch: e.g. bring a dead server back, let a hot board cool."""
+
+    def after_batch(self) -> None:
+        """After a batch's last result: e.g. read the board's temperature."""
+
+    def session_lost(self, board: str) -> None:
+        """A session to ``board`` (host:port) died under a candidate."""
+
+
 @dataclass
 class _Job:
     index: int
@@ -141,6 +157,8 @@ class TrackerRunner(PyRunner):
     board_wait_sec:
         How long to wait for a board when every session was lost; then the
         rest of the batch is given back unmeasured.
+    hooks:
+        A :class:`MeasureHooks` told about each batch and each lost session.
     """
 
     def __init__(
@@ -152,6 +170,7 @@ class TrackerRunner(PyRunner):
         lookup_cached: Callable[[str], list[float] | None] | None = None,
         max_boards: int = 0,
         board_wait_sec: float = 60.0,
+        hooks: MeasureHooks | None = None,
     ) -> None:
         super().__init__()
         self.tracker = tracker
@@ -161,6 +180,7 @@ class TrackerRunner(PyRunner):
         self.lookup_cached = lookup_cached
         self.max_boards = max_boards
         self.board_wait_sec = board_wait_sec
+        self.hooks = hooks
         self.stats = MeasureStats()
         #: artifact path -> board (host:port) that measured it (popped by the measure callback)
         self.measured_on: dict[str, str] = {}
@@ -217,6 +237,9 @@ class TrackerRunner(PyRunner):
                     promises[index].set_result(self._cached_result(artifact))
                 else:
                     work.put(_Job(index, artifact, args_info, promises[index]))
+            to_measure = len(work.pending)
+            if to_measure:
+                self._hook("before_batch")
             while work.pending:
                 settled = work.settled
                 workers = [
@@ -229,6 +252,11 @@ class TrackerRunner(PyRunner):
                     worker.join()
                 if work.pending and work.settled == settled:
                     self._give_up(work.drain(), work.last_error)
+            # a lost session's error holds, in its traceback, a worker's frame and so the session that
+            # worker opened next: dropped now, that session ends now and its board is free for the next batch
+            work.last_error = None
+            if to_measure:
+                self._hook("after_batch")
             with self._stats_lock:
                 self.stats.batch_wall_seconds += time.perf_counter() - started
         except BaseException as error:  # never leave MetaSchedule waiting forever
@@ -278,6 +306,7 @@ class TrackerRunner(PyRunner):
         job.lost_on.append(board.board)
         with self._stats_lock:
             self.stats.sessions_lost += 1
+        self._hook("session_lost", board.board)
         if len(job.lost_on) < CRASHES_TO_FAIL:
             work.put_back(job, error, progress=True)
             return
@@ -286,6 +315,15 @@ class TrackerRunner(PyRunner):
             f"(boards {', '.join(job.lost_on)}): {type(error).__name__}: {error}"
         )
         work.settle(job, self._failure("run", RuntimeError(message)))
+
+    def _hook(self, name: str, *args: Any) -> None:
+        if self.hooks is None:
+            return
+        try:
+            getattr(self.hooks, name)(*args)
+        except Exception as error:  # noqa: BLE001 - a hook is advice, never a failed batch
+            with self._stats_lock:
+                self.stats.errors.append(f"TrackerRunner ({name}): {type(error).__name__}: {error}".splitlines()[0])
 
     def _give_up(self, jobs: list["_Job"], error: BaseException | None) -> None:
         """No board answered: these candidates are left unmeasured (not program failures)."""

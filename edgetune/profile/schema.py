@@ -99,6 +99,12 @@ class MeasureSettings:
     # "auto": CI for kernels too long for a full micro-batch, CV for the rest
     stop_rule: str = "auto"
     ci_threshold: float = 0.03
+    # provisioned boards (edgetune tune --board): a board above this SoC temperature, or under the
+    # performance governor below min_freq_ratio of its top clock, is throttling; batches wait (at
+    # most cool_wait_sec) until it cools
+    max_temp_c: float = 80.0
+    min_freq_ratio: float = 0.8
+    cool_wait_sec: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,9 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "budget_ms": _number(at_least=0, default=100.0),
         "stop_rule": _string(STOP_RULES, default="auto"),
         "ci_threshold": _number(above=0, default=0.03),
+        "max_temp_c": _number(above=0, default=80.0),
+        "min_freq_ratio": _number(at_least=0, default=0.8),
+        "cool_wait_sec": _number(at_least=0, default=120.0),
     },
     "tuning": {
         "trials": _integer(1, default=256),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -23,7 +24,9 @@ stale runtime replaced). Then: edgetune tune --board rk3399 --model net.onnx
 
 BOARDS_EPILOG = """\
 examples:
-  edgetune boards status                 reachable? server alive? registered? TVM version?
+  edgetune boards status                 reachable? server alive? registered? TVM version? hot?
+  edgetune boards status --db out/history.db --json
+                                         + the tracker's keys and which board measured what, as JSON
   edgetune boards teardown rk3399        stop the board's RPC server and its tunnel
   edgetune boards teardown --all --tracker   stop everything, the host tracker too
 """
@@ -58,9 +61,18 @@ def add_provision_parsers(sub: Any) -> None:
                             epilog=BOARDS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     boards_sub = boards.add_subparsers(dest="boards_command", metavar="ACTION")
     boards_sub.required = True
-    status = boards_sub.add_parser("status", help="reachable? server alive? registered? TVM version? (exit 3 if not all healthy)")
-    status.add_argument("boards", nargs="*", metavar="BOARD", help="default: every board")
+    status = boards_sub.add_parser(
+        "status", help="the tracker's keys, which board measured what (--db), and each inventory board's health: "
+        "reachable, server, registered, SoC temperature, CPU governor and clock (exit 3 if not all healthy)")
+    status.add_argument("boards", nargs="*", metavar="BOARD", help="default: every board of the inventory")
     add_inventory_argument(status)
+    status.add_argument("--tracker", metavar="HOST:PORT",
+                        help="tracker to ask (default: $TVM_TRACKER_HOST:$TVM_TRACKER_PORT when set, else the "
+                        "inventory's host tracker)")
+    status.add_argument("--key", help="show only this device key (default: $TVM_TRACKER_KEY with a tracker, else all)")
+    status.add_argument("--db", metavar="URL", help="history database: records per board (board_id KEY@host:port) "
+                        "and per workload")
+    status.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     status.set_defaults(func=run_status)
     teardown = boards_sub.add_parser("teardown", help="stop a board's RPC server and tunnel")
     teardown.add_argument("boards", nargs="*", metavar="BOARD")
@@ -104,24 +116,42 @@ def run_provision(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    """Bad input (a malformed --tracker, a missing --db) fails before any board is asked."""
+    import json
     from concurrent.futures import ThreadPoolExecutor
 
-    from .inventory import load_inventory
+    from ..board.rpc_tracker import TRACKER_HOST_ENV, TrackerAddress, tracker_defaults
+    from . import farm
+    from .inventory import ENV_VAR, inventory_path, load_inventory
     from .workflow import board_status, current_tracker
 
-    inventory = load_inventory(args.inventory)
-    entries = inventory.select(args.boards, all_boards=not args.boards)
-    tracker = current_tracker()
-    where = f"{tracker.host}:{tracker.port} (pid {tracker.pid})" if tracker else "not running"
-    print(f"tracker: {where}")
-    with ThreadPoolExecutor(max_workers=min(8, len(entries))) as pool:
-        statuses = list(pool.map(lambda e: board_status(e, inventory, tracker), entries))
-    _table([[s.name, s.reachable, s.tvm, s.server, s.registered, s.tunnel] for s in statuses],
-           ["BOARD", "REACHABLE", "TVM", "SERVER", "REGISTERED", "TUNNEL"])
-    for status in statuses:
-        if status.detail:
-            print(f"{status.name}: {' '.join(status.detail.split())}")
-    unhealthy = [s.name for s in statuses if not s.healthy]
+    explicit, key = tracker_defaults(args.tracker, args.key)
+    address = TrackerAddress.parse(explicit, key or "") if explicit else None
+    has_inventory = bool(args.inventory or os.environ.get(ENV_VAR) or args.boards)
+    if not (has_inventory or address or args.db):
+        inventory_path(None)  # the one-line error naming --inventory and EDGETUNE_INVENTORY
+    inventory = load_inventory(args.inventory) if has_inventory else None
+    history = farm.history_status(args.db, key) if args.db else None
+    tracker = None
+    if address is not None:
+        source = "--tracker" if args.tracker else f"{TRACKER_HOST_ENV}/PORT"
+        tracker = farm.tracker_status(address, source, key, strict=True)
+    statuses = None
+    if inventory is not None:
+        entries = inventory.select(args.boards, all_boards=not args.boards)
+        running = current_tracker()
+        if tracker is None:
+            host = running or inventory.tracker
+            where = TrackerAddress("127.0.0.1" if host.host in ("0.0.0.0", "") else host.host, host.port, "")
+            source = f"host tracker, pid {running.pid}" if running else "inventory"
+            tracker = farm.tracker_status(where, source, key, strict=False)
+        with ThreadPoolExecutor(max_workers=min(8, len(entries))) as pool:
+            statuses = list(pool.map(lambda e: board_status(e, inventory, running), entries))
+    if args.json:
+        print(json.dumps(farm.to_json(tracker, history, statuses), indent=1))
+    else:
+        print("\n".join(farm.render(tracker, history, statuses)))
+    unhealthy = [s.name for s in statuses or [] if not s.healthy]
     if unhealthy:
         raise BoardError(f"not ready: {', '.join(unhealthy)}; repair with: edgetune provision {' '.join(unhealthy)}")
     return 0

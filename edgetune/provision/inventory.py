@@ -61,6 +61,8 @@ class BoardEntry:
     runtime: str = "wheels"
     known_hosts: str = "~/.ssh/known_hosts"
     connect_timeout_sec: float = 10.0
+    #: where the board's sysfs is mounted (temperature and CPU frequency are read below it)
+    sysfs_root: str = "/sys"
     #: ``host`` as written (a ``~/.ssh/config`` alias keeps working for the OpenSSH tunnel)
     alias: str = ""
 
@@ -80,7 +82,7 @@ class BoardEntry:
 _BOARD_FIELDS = {
     "host": str, "profile": str, "port": int, "user": str, "identity_file": str, "key": str,
     "mode": str, "rpc_port": int, "remote_dir": str, "python": str, "governor": str, "runtime": str,
-    "known_hosts": str, "connect_timeout_sec": float,
+    "known_hosts": str, "connect_timeout_sec": float, "sysfs_root": str,
 }
 _TRACKER_FIELDS = {"host": str, "port": int, "advertise": str}
 
@@ -164,7 +166,7 @@ def parse_inventory(data: Mapping[str, Any], path: Path) -> Inventory:
             raise InventoryError(
                 f"inventory {path}: [boards.{name}] mode must be one of {', '.join(MODES)}, got {entry.mode!r}"
             )
-        for key in ("remote_dir", "python"):
+        for key in ("remote_dir", "python", "sysfs_root"):
             # both end up in shell commands on the board: no spaces or shell syntax
             if not _PATH_RE.fullmatch(getattr(entry, key)):
                 raise InventoryError(

@@ -17,6 +17,7 @@ from ..board.rpc_tracker import device_counts, tracker_summary
 from ..errors import BoardError, EdgetuneError, ProvisionError
 from ..profile import load_profile
 from .detect import BoardFacts, check_profile, detect, require_python
+from .heat import read_heat
 from .inventory import BoardEntry, Inventory
 from .runtime import check_preinstalled, ensure_runtime, installed_runtime, remote_dir
 from .server import server_config, server_log_tail, server_pid, set_governor, start_server, stop_server
@@ -194,6 +195,9 @@ class BoardStatus:
     server: str = "-"
     registered: str = "-"
     tunnel: str = "-"
+    temperature: str = "-"
+    governor: str = "-"
+    frequency: str = "-"
     detail: str = ""
 
     @property
@@ -237,6 +241,9 @@ def board_status(entry: BoardEntry, inventory: Inventory, tracker: HostTracker |
                 # a pid file without its process: the server died (or was killed) since provisioning
                 had_pid = connection.run(f"test -s {base}/server.pid", timeout_sec=30).ok
                 status.server = "dead" if had_pid else "stopped"
+            heat = read_heat(connection)
+            status.temperature, status.frequency = heat.temperature_text(), heat.frequency_text()
+            status.governor = heat.governors
     except EdgetuneError as error:
         status.reachable = "no"
         status.detail = str(error)

@@ -80,6 +80,8 @@ class TuneOptions:
     suggested: bool = False  # each task gets its type's early-stop and sampling settings from the history
     scheduler: str | None = None  # task scheduler; defaults to the profile's tuning.task_scheduler
     board: Board | None = None  # where to measure; defaults to the tracker, or the embedded board
+    board_name: str | None = None  # a provisioned board of the inventory (--board): looked after over SSH
+    inventory: str | None = None  # the inventory file of board_name (default: $EDGETUNE_INVENTORY)
     task_names: Sequence[str] | None = None  # tune only these of the model's tasks (all by default)
 
 
@@ -161,6 +163,7 @@ class TuningPipeline:
         self.trials = options.trials if options.trials is not None else self.profile.tuning.trials
         self.key = options.key or self.profile.rpc.key
         self.stop = StopSignal()
+        self._progress: TuneProgress | None = None  # the run's, once it exists (for board messages)
 
     # -- inputs and board ----------------------------------------------------
     def check_inputs(self) -> tuple[Any, LoadedModel | None]:
@@ -178,9 +181,28 @@ class TuningPipeline:
         return target, model
 
     def make_board(self, out_dir: Path) -> Board:
-        board = self.options.board or board_for(self.profile, self.options.tracker, self.key, log_dir=out_dir / "board-logs")
+        board = self.options.board
+        if board is None and self.options.board_name and self.options.tracker:
+            from ..provision.board import HEAT_LOG, provisioned_board
+
+            address = TrackerAddress.parse(self.options.tracker, self.key)
+            board = provisioned_board(self.options.board_name, self.options.inventory, self.profile, address, self.notify)
+            board.heat_log = out_dir / HEAT_LOG
+        board = board or board_for(self.profile, self.options.tracker, self.key, log_dir=out_dir / "board-logs")
         board.check_profile(self.profile)
         return board
+
+    def notify(self, message: str) -> None:
+        """A one-line message about the board (throttling, a restarted server) on the progress display."""
+        progress = self._progress
+        if progress is None:
+            announce(self.sink, self.trials, message)
+            return
+        phase, progress.phase = progress.phase, message
+        try:
+            self.sink.on_phase(progress)
+        finally:
+            progress.phase = phase
 
     # -- tasks ----------------------------------------------------------------
     def extract_tasks(self, target: Any, model: LoadedModel | None) -> list[Any]:
@@ -278,6 +300,7 @@ class TuningPipeline:
             if best is not None:
                 task.best_sec = float(np.mean([float(x) for x in best.run_secs]))
         run.progress = TuneProgress(budget=plan.remaining, tasks=tasks)
+        self._progress = run.progress
 
     def _contexts(self, run: _Run, per_type: Any) -> tuple[list[Any], list[float]]:
         return ms.relax_integration.extracted_tasks_to_tune_contexts(
@@ -308,7 +331,8 @@ class TuningPipeline:
             lookup_cached=cache.lookup_mod,
         )
 
-    def make_runner(self, address: TrackerAddress, cache: CandidateCache) -> Any:
+    def make_runner(self, address: TrackerAddress, cache: CandidateCache, hooks: Any = None) -> Any:
+        """The runner; ``hooks`` (a provisioned board) hear about each batch and each lost session."""
         runner = self.components.runner
         if runner is None:
             runner = TrackerRunner(
@@ -318,6 +342,7 @@ class TuningPipeline:
                 session_timeout_sec=self.profile.rpc.session_timeout_sec,
                 lookup_cached=cache.lookup_key,
                 max_boards=self.profile.measure.max_boards,
+                hooks=hooks,
             )
         return runner
 
@@ -358,7 +383,7 @@ class TuningPipeline:
             run.builder = self.make_builder(cache)
             if hasattr(run.builder, "close"):
                 stack.callback(run.builder.close)
-            run.runner = self.make_runner(address, cache)
+            run.runner = self.make_runner(address, cache, board if hasattr(board, "before_batch") else None)
             if hasattr(run.runner, "close"):
                 stack.callback(run.runner.close)
             run.scheduler_name = self.options.scheduler or self.profile.tuning.task_scheduler
@@ -534,7 +559,7 @@ class TuningPipeline:
                 scheduler_awaits_measurements=run.awaits,
                 scheduler_decision_seconds=getattr(run.scheduler, "decision_seconds_", None),
             ),
-            measurement=measurement_summary(self.profile, run.runner),
+            measurement=measurement_summary(self.profile, run.runner, run.board),
             measurement_reduction={
                 "sampler": tuning.sampler,
                 "early_stop": tuning.early_stop,

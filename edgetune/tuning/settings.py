@@ -85,10 +85,15 @@ def with_applied(suggested: dict[str, Any] | None, report: SearchReport, context
     return suggested
 
 
-def measurement_summary(profile: DeviceProfile, runner: Any) -> dict[str, Any]:
-    """How candidates were timed, and the runs the adaptive evaluator saved against its cap."""
+def measurement_summary(profile: DeviceProfile, runner: Any, board: Any = None) -> dict[str, Any]:
+    """How candidates were timed, and the runs the adaptive evaluator saved against its cap.
+
+    A provisioned board adds ``board_health``: heat readings, waits to cool, server restarts.
+    """
     m, stats = profile.measure, getattr(runner, "stats", None)
+    health = board.health_summary() if hasattr(board, "health_summary") else None
     boards = {
+        **({"board_health": health} if health is not None else {}),
         "by_board": dict(getattr(stats, "by_board", {})),  # candidates measured per board (host:port)
         "sessions_lost": getattr(stats, "sessions_lost", 0),
         "unmeasured": getattr(stats, "unmeasured", 0),  # no board answered: not stored, measured on resume

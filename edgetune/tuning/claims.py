@@ -93,11 +93,16 @@ class CandidateClaims:
                 run_secs = self._run_secs(claim.record_id)
                 if run_secs is not None:
                     self.cache.add(key, run_secs)
-                    with self._lock:
-                        self.waited += 1
+                    if claim.owner.run != self.owner.run:  # not this run's own earlier result
+                        with self._lock:
+                            self.waited += 1
                     return "serve", key
             if claim is None or not claim.live:
-                claim = self.history.claim_candidate(self.target, key, self.owner, self.lease_sec, take_measured=True)
+                # a claim measured meanwhile is not taken (the next look serves it), unless its record is unreadable
+                unreadable = claim is not None and claim.record_id is not None
+                claim = self.history.claim_candidate(
+                    self.target, key, self.owner, self.lease_sec, take_measured=unreadable
+                )
                 if self._won(key, claim):
                     return "build", None
             if self.stop.is_set():
@@ -127,7 +132,10 @@ class CandidateClaims:
         self._heartbeat.join(timeout=10)
         with self._lock:
             self._held.clear()
-        self.history.release_claims(self.owner)
+        try:
+            self.history.release_claims(self.owner)
+        except HistoryError:
+            pass  # the database is gone: the leases expire by themselves, and the run's own error says more
 
     @property
     def held(self) -> int:
@@ -156,7 +164,7 @@ class CandidateClaims:
         """Run times of a stored record (``[1e10]`` if it failed); None if it is gone."""
         try:
             (record,) = self.history.records_by_id([record_id])
-        except HistoryError:
+        except Exception:  # noqa: BLE001 - pruned meanwhile, or a trace this TVM cannot replay
             return None
         return [float(sec) for sec in record.run_secs]
 

@@ -109,7 +109,9 @@ class RichProgress(ProgressSink):
         trials, seconds = summary.trials, summary.seconds
         console.print(
             f"trials: {trials.this_run} this run ({trials.measured_on_device} measured on the device, "
-            f"{trials.served_from_history} from history, {trials.failed} failed), "
+            f"{trials.served_from_history} from history"
+            + (f" ({trials.waited_for_others} measured by another process meanwhile)" if trials.waited_for_others else "")
+            + f", {trials.failed} failed), "
             f"{trials.in_history_before} in history before; device time {seconds.device:.1f} s, "
             f"tuning wall clock {seconds.tuning_wall:.1f} s",
             highlight=False,

@@ -789,3 +789,37 @@ def test_version_2_history_upgrades_to_keep_each_boards_row(db_url):
         assert _secs(db.best_record(MOD, ARM)) == [5e-4]
     finally:
         db.close()
+
+
+def test_version_3_history_upgrades_to_hold_claims(db_url):
+    """A history made by revisions 0001..0003 (schema 3) gets the claims table from ``db upgrade``."""
+    from alembic import command
+    from alembic.config import Config
+
+    from edgetune.history.migrate import MIGRATIONS
+    from edgetune.history.store import ClaimOwner
+
+    if db_url.startswith("sqlite:///"):
+        Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(_sqlalchemy_url(db_url))
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0003")
+        assert "claims" not in sa.inspect(conn).get_table_names()
+    engine.dispose()
+    with pytest.raises(HistoryError, match="history schema version 3"):
+        open_history(db_url)
+    result = upgrade_history(db_url)
+    assert (result.before, result.after) == (3, SCHEMA_VERSION)
+    assert _scalar(db_url, "SELECT version_num FROM alembic_version") == f"{SCHEMA_VERSION:04d}"
+    db = open_history(db_url)
+    try:
+        owner = ClaimOwner.this_process()
+        assert db.claim_candidate(ARM, "k", owner, 30).owner == owner
+        record_id = db.commit_measurement(_record(db.commit_workload(MOD), 4, [1e-3]))
+        assert db.finish_claim(ARM, "k", owner, record_id)
+        assert db.claim_of(ARM, "k").record_id == record_id
+    finally:
+        db.close()

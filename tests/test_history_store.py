@@ -10,6 +10,9 @@ new backend can be checked by adding it to the fixture.
 from __future__ import annotations
 
 import ast
+import multiprocessing
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from edgetune.errors import HistoryError
 from edgetune.history import HistoryStore, open_history
-from edgetune.history.store import RECORD_FIELDS, WORKLOAD_FIELDS
+from edgetune.history.store import RECORD_FIELDS, WORKLOAD_FIELDS, ClaimOwner
 from test_history import ARM, MOD, X86, _matmul_sized, _record, _schedule, _secs
 from test_history import db_url as store_url  # noqa: F401 - the per-backend fixture
 
@@ -178,7 +181,7 @@ def test_read_only_store_refuses_every_write(store, store_url):
 
 def test_only_the_sql_backend_touches_the_tables():
     """Everything outside the SQL backend goes through the store's methods."""
-    backend = {"database.py", "sql_operations.py", "sql.py", "schema.py", "migrate.py"}
+    backend = {"database.py", "sql_operations.py", "sql_claims.py", "sql.py", "schema.py", "migrate.py"}
     private = {"_access", "_entries", "_write_transaction", "_all_workloads", "_find", "_insert_workload", "_to_records"}
     offenders = []
     for path in sorted((REPO / "edgetune").rglob("*.py")):
@@ -205,3 +208,123 @@ def test_dedupe_merges_one_candidate_measured_by_two_boards(store):
     assert store.count_records(MOD, ARM) == 3
     kept = [r for r in store.records_by_id([s.id for s in store.record_summaries(ARM)]) if _secs(r) == [3e-3]]
     assert len(kept) == 1  # the mean of 4 ms and 2 ms
+
+
+# ---------------------------------------------------------------------- claims
+
+def test_a_claim_is_held_by_one_owner_until_it_expires(store):
+    first, second = ClaimOwner.this_process(), ClaimOwner.this_process()
+    won = store.claim_candidate(ARM, "cand-1", first, 30)
+    assert won.owner == first and won.live and won.record_id is None
+    lost = store.claim_candidate(ARM, "cand-1", second, 30)
+    assert lost.owner == first and lost.live  # the holder is named, nothing changed
+    assert store.claim_candidate(X86, "cand-1", second, 30).owner == second  # another target: another claim
+    short = store.claim_candidate(ARM, "cand-2", first, 0.3)
+    assert short.owner == first
+    time.sleep(0.6)
+    assert store.claim_of(ARM, "cand-2").expired
+    taken = store.claim_candidate(ARM, "cand-2", second, 30)
+    assert taken.owner == second and taken.live  # an expired claim is taken over
+    assert {c.candidate_key for c in store.list_claims()} == {"cand-1", "cand-2"}
+    with pytest.raises(HistoryError, match="lease"):
+        store.claim_candidate(ARM, "cand-3", first, 0)
+
+
+def test_renew_finish_and_release(store):
+    owner, other = ClaimOwner.this_process(), ClaimOwner.this_process()
+    store.claim_candidate(ARM, "a", owner, 0.5)
+    store.claim_candidate(ARM, "b", owner, 0.5)
+    store.claim_candidate(ARM, "c", owner, 0.5)
+    assert store.renew_claims(owner, 60) == 3
+    time.sleep(0.7)
+    assert store.claim_candidate(ARM, "a", other, 60).owner == owner  # renewed: still held
+    record_id = store.commit_measurement(_record(store.commit_workload(MOD), 16, [2e-3]))
+    assert _secs(store.records_by_id([record_id])[0]) == [pytest.approx(2e-3)]
+    assert not store.finish_claim(ARM, "a", other, record_id)  # not its claim
+    assert store.finish_claim(ARM, "a", owner, record_id)
+    finished = store.claim_of(ARM, "a")
+    assert finished.record_id == record_id and not finished.live
+    # a measured claim is not taken over, unless asked (a failed result is measured again)
+    assert store.claim_candidate(ARM, "a", other, 60).record_id == record_id
+    assert store.claim_candidate(ARM, "a", other, 60, take_measured=True).owner == other
+    assert not store.release_claim(ARM, "b", other)
+    assert store.release_claim(ARM, "b", owner)
+    assert store.claim_of(ARM, "b") is None
+    assert store.release_claims(owner) == 1  # "c"; "a" is the other's now
+    assert [c.candidate_key for c in store.list_claims()] == ["a"]
+    assert len(store.list_claims(live_only=False)) == 1
+    # pruning the record a finished claim points at removes the claim with it
+    assert store.finish_claim(ARM, "a", other, record_id)
+    store.prune_records(created_before=time.time() + 60)
+    assert store.claim_of(ARM, "a") is None
+
+
+def test_read_only_store_refuses_claims(store, store_url):
+    reader = open_history(store_url, read_only=True)
+    try:
+        with pytest.raises(HistoryError, match="read-only"):
+            reader.claim_candidate(ARM, "x", ClaimOwner.this_process(), 10)
+        assert reader.list_claims() == []
+    finally:
+        reader.close()
+
+
+CLAIMERS = 3
+CLAIM_KEYS = 40
+
+
+def _claimer(url: str, barrier, queue) -> None:
+    """One tuner process: claims every key as fast as it can; reports the ones it won."""
+    db = open_history(url)
+    owner = ClaimOwner.this_process()
+    barrier.wait()
+    won = [key for key in (f"k{i}" for i in range(CLAIM_KEYS)) if db.claim_candidate(ARM, key, owner, 60).owner == owner]
+    queue.put((owner.run, won))
+    db.close()
+
+
+def test_processes_racing_for_claims_each_win_different_candidates(store, store_url):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(CLAIMERS), ctx.Queue()
+    procs = [ctx.Process(target=_claimer, args=(store_url, barrier, queue)) for _ in range(CLAIMERS)]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+    assert [proc.exitcode for proc in procs] == [0] * CLAIMERS
+    won = [key for _run, keys in results for key in keys]
+    assert sorted(won) == sorted(f"k{i}" for i in range(CLAIM_KEYS))  # every key exactly once
+    owners = {c.candidate_key: c.owner.run for c in store.list_claims()}
+    assert all(owners[key] == run for run, keys in results for key in keys)
+
+
+def _holder(url: str, lease: float, ready) -> None:
+    """Claims two candidates, then hangs until killed (a tuner that died mid-measurement)."""
+    db = open_history(url)
+    owner = ClaimOwner.this_process()
+    db.claim_candidate(ARM, "held-1", owner, lease)
+    db.claim_candidate(ARM, "held-2", owner, lease)
+    ready.set()
+    time.sleep(600)
+
+
+def test_claims_of_a_killed_process_expire_and_are_taken_over(store, store_url):
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_holder, args=(store_url, 2.0, ready))
+    proc.start()
+    try:
+        assert ready.wait(120)
+        me = ClaimOwner.this_process()
+        assert store.claim_candidate(ARM, "held-1", me, 60).owner.pid == proc.pid  # live: refused
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+        deadline = time.monotonic() + 30
+        for key in ("held-1", "held-2"):
+            while store.claim_candidate(ARM, key, me, 60).owner != me:
+                assert time.monotonic() < deadline, "the dead process's claim never expired"
+                time.sleep(0.2)
+    finally:
+        if proc.is_alive():
+            proc.kill()

@@ -115,7 +115,10 @@ def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path, loopback_board):
     trials = summary["trials"]
     assert trials["measured_on_device"] + trials["served_from_history"] + trials["failed"] >= trials["this_run"]
     total, distinct, _ok = record_counts(db)
-    assert total == distinct == kept + trials["this_run"] - trials["served_from_history"]
+    assert total == distinct
+    # a served candidate adds no row, unless its module was measured under another trace
+    # (e.g. equal to a task's default schedule): found through its claim, stored under its own trace
+    assert kept + trials["this_run"] - trials["served_from_history"] <= total <= kept + trials["this_run"]
 
 
 def test_embedded_board_is_started_and_stopped(tmp_path):

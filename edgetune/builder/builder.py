@@ -107,6 +107,10 @@ class WarmBuilder(PyBuilder):
         Optional ``f(mod) -> key | None``: when it returns a key, the candidate
         is not built and its artifact path becomes ``CACHED_ARTIFACT_PREFIX + key``.
         This is how a resumed run skips candidates the history already measured.
+    claims:
+        Optional :class:`~edgetune.tuning.claims.CandidateClaims`: a candidate
+        another tuner sharing the history holds is built only if that tuner
+        gives it up; otherwise it is served from its result like a cached one.
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class WarmBuilder(PyBuilder):
         max_workers: int = 0,
         max_uses: int = 256,
         lookup_cached: Callable[[Any], str | None] | None = None,
+        claims: Any = None,
     ) -> None:
         super().__init__()
         if timeout_sec <= 0:
@@ -127,6 +132,7 @@ class WarmBuilder(PyBuilder):
         self.max_workers = max_workers or (os.cpu_count() or 1)
         self.max_uses = max_uses
         self.lookup_cached = lookup_cached
+        self.claims = claims
         self.artifact_dir = tempfile.mkdtemp(prefix="edgetune-build-")
         self.stats = BuildStats()
         self._pool: PopenPoolExecutor | None = None
@@ -168,25 +174,40 @@ class WarmBuilder(PyBuilder):
         started = time.perf_counter()
         results: list[BuilderResult | None] = [None] * len(build_inputs)
         pending: list[tuple[int, Any]] = []
+        elsewhere: list[int] = []  # claimed by another tuner: waited for once ours are building
         for index, build_input in enumerate(build_inputs):
             key = self.lookup_cached(build_input.mod) if self.lookup_cached else None
             if key is not None:
                 self.stats.cached += 1
                 results[index] = BuilderResult(CACHED_ARTIFACT_PREFIX + key, None)
-                continue
-            future = self._pool.submit(
-                _build_in_worker,
-                build_input.mod,
-                build_input.target,
-                self.cross_compiler,
-                self.cross_compiler_flags,
-                self.artifact_dir,
-            )
-            pending.append((index, future))
+            elif self.claims is not None and not self.claims.claim(build_input.mod):
+                elsewhere.append(index)
+            else:
+                pending.append((index, self._submit(build_input)))
+        for index in elsewhere:
+            outcome, value = self.claims.wait(build_inputs[index].mod)
+            if outcome == "serve":
+                self.stats.cached += 1
+                results[index] = BuilderResult(CACHED_ARTIFACT_PREFIX + str(value), None)
+            elif outcome == "skip":
+                results[index] = BuilderResult(None, value)
+            else:
+                pending.append((index, self._submit(build_inputs[index])))
         for index, future in pending:
             results[index] = self._collect(future)
         self.stats.build_seconds += time.perf_counter() - started
         return [r for r in results if r is not None]
+
+    def _submit(self, build_input: BuilderInput) -> Any:
+        assert self._pool is not None
+        return self._pool.submit(
+            _build_in_worker,
+            build_input.mod,
+            build_input.target,
+            self.cross_compiler,
+            self.cross_compiler_flags,
+            self.artifact_dir,
+        )
 
     def _collect(self, future: Any) -> BuilderResult:
         try:

@@ -48,3 +48,12 @@ BOARD_UNAVAILABLE = "edgetune: no board measured this candidate"
 def is_board_unavailable(error: str | None) -> bool:
     """Whether a runner error says the board was missing, not that the program failed."""
     return bool(error) and str(error).startswith(BOARD_UNAVAILABLE)
+
+#: Prefix of the error of a candidate left to another tuner that holds its claim
+#: (this run was stopped while waiting for it). Not stored, like a missing board.
+CLAIMED_ELSEWHERE = "edgetune: another process is measuring this candidate"
+
+
+def is_claimed_elsewhere(error: str | None) -> bool:
+    """Whether a builder error says another tuner measures the candidate (see tuning.claims)."""
+    return bool(error) and str(error).startswith(CLAIMED_ELSEWHERE)

@@ -51,6 +51,7 @@ from edgetune.history.sql import (
     sha256,
     target_json,
 )
+from edgetune.history.sql_claims import SqlClaims
 from edgetune.history.sql_operations import SqlOperations
 from edgetune.history.store import HistoryStore, StoredWorkload
 
@@ -138,7 +139,7 @@ def connect_engine(url_or_path: str, *, must_exist: bool = False) -> tuple[Engin
 
 
 @derived_object
-class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
+class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryStore):
     """MetaSchedule database over SQL tables; see :func:`open_history`.
 
     Stock MetaSchedule databases ignore the target when they pick a best record.
@@ -407,7 +408,7 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
             return stmt
         return stmt.where(records.c.target_hash == self._target_filter)
 
-    def _commit_record(self, record: TuningRecord, error: str | None, board: str | None = None) -> None:
+    def _commit_record(self, record: TuningRecord, error: str | None, board: str | None = None) -> int:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
         failed = error is not None or is_failed(run_secs)
         trace_text = canonical(trace_json)
@@ -447,10 +448,10 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
                         conn.execute(
                             records.update().where(records.c.id == existing).values(**update)
                         )
-                        return
+                        return int(existing)
                 # One atomic statement: a candidate measured before (by this or
                 # another writer) keeps one row, with the newest result.
-                conn.execute(
+                return conn.execute(
                     insert_statement(conn, records)
                     .values(
                         workload_id=entry.ids[0],
@@ -465,16 +466,17 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, HistoryStore):
                         index_elements=["workload_id", "target_hash", "candidate_hash", "board_id"],
                         set_=update,
                     )
-                )
+                    .returning(records.c.id)
+                ).scalar_one()
 
-    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> None:
-        """Store a measurement (failed when ``error`` is given) and the board that made it.
+    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> int:
+        """Store a measurement (failed when ``error`` is given) and the board that made it; return its record id.
 
         ``board`` (the RPC server's ``host:port`` the tracker chose) is stored as
         ``<board id>@<board>``: the history's board id (the device key) says which
         kind of board, the suffix which one of several under that key.
         """
-        self._commit_record(record, error, board)
+        return self._commit_record(record, error, board)
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
         """Store a measurement; run_secs None or >= 1e9 (MetaSchedule's stub) is a failure."""

@@ -15,12 +15,14 @@ import sqlalchemy as sa
 
 #: Bump when a table or the meaning of a column changes; a history file written
 #: with another version is refused instead of being misread.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 2 added ``workloads.mod_hash`` (unique with ``shash``: concurrent writers
 # committing the same new module get one row) and ``records.target_hash`` (the
 # unique key and the best-record index use the hash, not unbounded TEXT, which
 # PostgreSQL cannot index beyond about 2.7 kB). Version 3 added ``board_id`` to
 # the unique key of a record: two boards measuring one candidate keep two rows.
+# Version 4 added ``claims``: tuners sharing a history lease a candidate before
+# measuring it, so two of them never measure one candidate at once.
 
 metadata = sa.MetaData()
 
@@ -79,6 +81,29 @@ records = sa.Table(
         "workload_id", "target_hash", "candidate_hash", "board_id", name="uq_records_candidate"
     ),
     sa.Index("ix_records_best", "workload_id", "target_hash", "mean_run_sec"),
+)
+
+
+#: Leases on candidates being measured (see :mod:`edgetune.tuning.claims`). One row
+#: per (target, candidate): ``candidate_key`` is the structural hash of the
+#: scheduled module, which names the workload and the schedule together (it is
+#: all a builder sees). The unique key makes claiming insert-or-fail; an expired
+#: row (``expires_at``, the database's clock) is taken over in the same
+#: statement. ``record_id`` set: measured, the row points at the result and holds
+#: no lease any more.
+claims = sa.Table(
+    "claims",
+    metadata,
+    sa.Column("target_hash", sa.String(64), nullable=False),
+    sa.Column("candidate_key", sa.String(64), nullable=False),
+    sa.Column("owner_host", sa.String(255), nullable=False),
+    sa.Column("owner_pid", sa.Integer, nullable=False),
+    sa.Column("owner_run", sa.String(64), nullable=False),
+    sa.Column("claimed_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("record_id", sa.Integer, sa.ForeignKey("records.id", ondelete="CASCADE"), nullable=True),
+    sa.PrimaryKeyConstraint("target_hash", "candidate_key", name="pk_claims"),
+    sa.Index("ix_claims_owner", "owner_run"),
 )
 
 

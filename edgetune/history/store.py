@@ -110,6 +110,46 @@ class ImportResult:
     workloads_added: int = 0
 
 
+@dataclass(frozen=True)
+class ClaimOwner:
+    """Who holds a claim: a host, a process on it, and a random id of the run (pids are reused)."""
+
+    host: str
+    pid: int
+    run: str
+
+    @classmethod
+    def this_process(cls) -> "ClaimOwner":
+        import os
+        import socket
+        import uuid
+
+        return cls(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
+
+
+@dataclass
+class Claim:
+    """A lease on one candidate of one target, as the history holds it now.
+
+    ``candidate_key`` is the structural hash of the scheduled module (workload and
+    schedule in one). Times are the database's clock (Unix seconds). With a
+    ``record_id`` the candidate was measured and the row leases nothing any more.
+    """
+
+    target_hash: str
+    candidate_key: str
+    owner: ClaimOwner
+    claimed_at: float
+    expires_at: float
+    record_id: int | None = None
+    expired: bool = False  # the lease ran out (the database's clock) without a measurement
+
+    @property
+    def live(self) -> bool:
+        """Held by its owner now: neither measured nor expired."""
+        return self.record_id is None and not self.expired
+
+
 class HistoryStore(abc.ABC):
     """A tuning history's operations, independent of where its rows live.
 
@@ -201,8 +241,45 @@ class HistoryStore(abc.ABC):
         """Store a measurement (a re-measured candidate keeps one row, with the newest result)."""
 
     @abc.abstractmethod
-    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> None:
-        """Store a measurement, failed when ``error`` is given, and which board of several made it.
+    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> int:
+        """Store a measurement, failed when ``error`` is given, and which board of several made it; its record id.
 
         One row per (candidate, board): two boards' results for one candidate are both kept.
         """
+
+    # -- claims (several tuners sharing one history)
+
+    @abc.abstractmethod
+    def claim_candidate(
+        self, target: Target, candidate_key: str, owner: ClaimOwner, lease_sec: float, *, take_measured: bool = False
+    ) -> Claim:
+        """Claim a candidate for ``lease_sec``; return the claim as it stands afterwards.
+
+        Atomic: of several owners claiming at once exactly one gets it. An expired
+        claim is taken over; a measured one (``record_id``) only with ``take_measured``.
+        The result's owner says who holds it: ``owner`` when the claim was won.
+        """
+
+    @abc.abstractmethod
+    def claim_of(self, target: Target, candidate_key: str) -> Claim | None:
+        """The claim on a candidate now, or None."""
+
+    @abc.abstractmethod
+    def renew_claims(self, owner: ClaimOwner, lease_sec: float) -> int:
+        """Extend every live claim of ``owner`` by ``lease_sec`` from now; how many."""
+
+    @abc.abstractmethod
+    def finish_claim(self, target: Target, candidate_key: str, owner: ClaimOwner, record_id: int) -> bool:
+        """Mark ``owner``'s claim measured, pointing at the record of the result; False if not held."""
+
+    @abc.abstractmethod
+    def release_claim(self, target: Target, candidate_key: str, owner: ClaimOwner) -> bool:
+        """Give up ``owner``'s unmeasured claim on one candidate; False if it held none."""
+
+    @abc.abstractmethod
+    def release_claims(self, owner: ClaimOwner) -> int:
+        """Give up every unmeasured claim of ``owner`` (its run ends); how many."""
+
+    @abc.abstractmethod
+    def list_claims(self, *, live_only: bool = True) -> list[Claim]:
+        """Claims, oldest first: the live ones, or all (measured and expired too)."""

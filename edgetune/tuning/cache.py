@@ -56,6 +56,10 @@ class CandidateCache:
         key = self.key(mod)
         return key if key in self._run_secs else None
 
+    def add(self, key: str, run_secs: list[float]) -> None:
+        """A result found during the run (another process measured the candidate)."""
+        self._run_secs[key] = [float(x) for x in run_secs]
+
     def lookup_key(self, key: str) -> list[float] | None:
         return self._run_secs.get(key)
 

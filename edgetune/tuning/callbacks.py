@@ -16,7 +16,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from ..builder.builder import CACHED_ARTIFACT_PREFIX
-from ..common.failure import FAILED_RUN_SECS, is_board_unavailable
+from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere
 from .progress import ProgressSink, TaskProgress, TuneProgress
 from .signals import StopRequested
 
@@ -40,6 +40,7 @@ class RecordAndReport(PyMeasureCallback):
         stop: threading.Event,
         runner: Any = None,
         measurement_log: Path | None = None,
+        claims: Any = None,
     ) -> None:
         super().__init__()
         self.history = history
@@ -49,6 +50,8 @@ class RecordAndReport(PyMeasureCallback):
         self.stop = stop
         self.runner = runner
         self.measurement_log = measurement_log
+        #: this run's claims (tuning.claims): finished once a result is committed
+        self.claims = claims
         #: why the run stopped by itself (every board gone), for the resume message
         self.stop_reason: str | None = None
 
@@ -65,10 +68,14 @@ class RecordAndReport(PyMeasureCallback):
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             error = built.error_msg or ran.error_msg
             artifact = built.artifact_path
-            if is_board_unavailable(error):  # the board was missing, not the program: not stored
+            if is_board_unavailable(error) or is_claimed_elsewhere(error):
+                # the board was missing (or another tuner measures it), not the program: not stored
                 task.unmeasured += 1
                 missing += 1
-                self.stop_reason = str(error)
+                if is_board_unavailable(error):
+                    self.stop_reason = str(error)
+                if self.claims is not None:
+                    self.claims.release(candidate.sch.mod)
                 self._drop_artifact(artifact)
                 continue
             run_secs = None if error else [float(x) for x in ran.run_secs]
@@ -80,7 +87,9 @@ class RecordAndReport(PyMeasureCallback):
                 ctx.target,
                 candidate.args_info,
             )
-            self.history.commit_measurement(record, error=str(error) if error else None, board=board)
+            record_id = self.history.commit_measurement(record, error=str(error) if error else None, board=board)
+            if self.claims is not None:
+                self.claims.finish(candidate.sch.mod, record_id)
             if error:
                 task.failed += 1
             else:

@@ -53,6 +53,7 @@ from edgetune.common.choices import STOCK_SCHEDULERS
 
 from .baseline import is_default_trace, measure_defaults
 from .cache import CandidateCache
+from .claims import CandidateClaims, lease_for
 from .callbacks import RecordAndReport
 from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
@@ -148,6 +149,7 @@ class _Run:
     measured_outside: dict[str, int] = field(default_factory=dict)  # per task, measured before the search (its default)
     task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
     callbacks: list[Any] = field(default_factory=list)
+    claims: CandidateClaims | None = None  # leases on candidates in a shared history
     interrupted: bool = False
     tune_seconds: float = 0.0
 
@@ -319,7 +321,7 @@ class TuningPipeline:
         )
 
     # -- build and measure ---------------------------------------------------------
-    def make_builder(self, cache: CandidateCache) -> Any:
+    def make_builder(self, cache: CandidateCache, claims: CandidateClaims | None = None) -> Any:
         if self.components.builder is not None:
             return self.components.builder
         build = self.profile.build
@@ -329,6 +331,18 @@ class TuningPipeline:
             timeout_sec=build.timeout_sec,
             max_workers=build.workers,
             lookup_cached=cache.lookup_mod,
+            claims=claims,
+        )
+
+    def make_claims(self, history: Any, target: Any, cache: CandidateCache) -> CandidateClaims | None:
+        """Leases on candidates in the history, so tuners sharing it never measure one at once.
+
+        Only with the product's builder: a builder passed in knows nothing of claims.
+        """
+        if self.components.builder is not None:
+            return None
+        return CandidateClaims(
+            history, target, cache, lease_sec=lease_for(self.profile.measure.timeout_sec), stop=self.stop.event
         )
 
     def make_runner(self, address: TrackerAddress, cache: CandidateCache, hooks: Any = None) -> Any:
@@ -349,7 +363,7 @@ class TuningPipeline:
     def make_callbacks(self, run: _Run, measured_by: Any) -> list[Any]:
         record = RecordAndReport(
             run.history, run.contexts, run.progress, self.sink, self.stop.event,
-            runner=measured_by, measurement_log=run.out_dir / MEASUREMENT_LOG,
+            runner=measured_by, measurement_log=run.out_dir / MEASUREMENT_LOG, claims=run.claims,
         )
         return [record, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks]
 
@@ -380,7 +394,10 @@ class TuningPipeline:
                     task.default_sec = _mean_or_none(stored)
                 elif self.profile.tuning.default_schedule:  # off: the search starts at once
                     run.defaults_to_measure.append(task.index)
-            run.builder = self.make_builder(cache)
+            run.claims = self.make_claims(history, target, cache)
+            if run.claims is not None:
+                stack.callback(run.claims.close)  # before history.close: released on every exit
+            run.builder = self.make_builder(cache, run.claims)
             if hasattr(run.builder, "close"):
                 stack.callback(run.builder.close)
             run.runner = self.make_runner(address, cache, board if hasattr(board, "before_batch") else None)
@@ -542,6 +559,7 @@ class TuningPipeline:
                 failed=sum(t.failed for t in progress.tasks),
                 build_timeouts=getattr(builder_stats, "timed_out", 0),
                 default_schedules=run.defaults_measured,
+                waited_for_others=run.claims.waited if run.claims is not None else 0,
             ),
             seconds=Seconds(
                 tuning_wall=run.tune_seconds,

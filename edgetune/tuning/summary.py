@@ -46,6 +46,8 @@ class TrialCounts:
     failed: int
     build_timeouts: int
     default_schedules: int = 0  # of this run's trials: tasks' untuned code, measured before the search (tuning.baseline)
+    # of served_from_history: candidates another process sharing the history measured (or was measuring) meanwhile
+    waited_for_others: int = 0
 
 
 @dataclass

@@ -1,0 +1,73 @@
+"""The tuning side of claims (edgetune.tuning.claims) over a real SQLite history: wait, serve, take over, skip."""
+
+from __future__ import annotations
+
+import threading
+
+from edgetune.common.failure import is_claimed_elsewhere
+from edgetune.history import open_history
+from edgetune.tuning.cache import CandidateCache
+from edgetune.tuning.claims import CandidateClaims
+from test_history import ARM, MOD, _record, _schedule
+
+
+def _pair(tmp_path, **kwargs):
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    stores = [open_history(url, board_id="k"), open_history(url, board_id="k")]
+    return stores, [CandidateClaims(db, ARM, CandidateCache(), poll_sec=0.05, **kwargs) for db in stores]
+
+
+def test_a_waiter_is_served_from_the_owners_record(tmp_path):
+    stores, (first, second) = _pair(tmp_path)
+    try:
+        mod = _schedule(4).mod
+        assert first.claim(mod) and not second.claim(mod)
+        got: list = []
+        waiter = threading.Thread(target=lambda: got.append(second.wait(mod)))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive()  # the owner has not measured it yet
+        record_id = stores[0].commit_measurement(_record(stores[0].commit_workload(MOD), 4, [2e-3]))
+        first.finish(mod, record_id)
+        waiter.join(10)
+        assert got == [("serve", CandidateCache.key(mod))]
+        assert second.cache.lookup_key(CandidateCache.key(mod)) == [2e-3]
+        assert (second.waited, first.waited) == (1, 0)
+        assert not second.claim(mod)  # measured: a later claim is served too, not measured again
+    finally:
+        for claims in (first, second):
+            claims.close()
+        for db in stores:
+            db.close()
+
+
+def test_a_claim_released_without_a_record_is_taken_over(tmp_path):
+    stores, (first, second) = _pair(tmp_path)
+    try:
+        mod = _schedule(8).mod
+        assert first.claim(mod) and not second.claim(mod)
+        first.close()  # the owner's run ended (interrupted) before measuring
+        assert second.wait(mod) == ("build", None)
+        assert second.held == 1 and second.waited == 0
+        assert stores[0].claim_of(ARM, CandidateCache.key(mod)).owner == second.owner
+    finally:
+        second.close()
+        for db in stores:
+            db.close()
+
+
+def test_a_stopped_waiter_skips_and_a_bounded_wait_measures(tmp_path):
+    stores, (first, second) = _pair(tmp_path, wait_sec=0.3)
+    try:
+        mod, other = _schedule(2).mod, _schedule(16).mod
+        assert first.claim(mod) and first.claim(other)
+        assert second.wait(mod) == ("build", None)  # the owner kept it past wait_sec
+        assert second.wait_timeouts == 1
+        second.stop.set()
+        outcome, error = second.wait(other)
+        assert outcome == "skip" and is_claimed_elsewhere(error)
+    finally:
+        for claims in (first, second):
+            claims.close()
+        for db in stores:
+            db.close()

@@ -237,12 +237,27 @@ def main() -> int:
     parser.add_argument("--rows", help="also write every tuned run's row to this JSON file as it finishes")
     parser.add_argument("--write-results", action="store_true")
     parser.add_argument("--from-rows", help="report the rows of an earlier --rows file instead of tuning (no ranking check)")
+    parser.add_argument("--rank-from-rows", help="only the ranking check, on the histories of an earlier --rows file")
     args = parser.parse_args()
     if args.from_rows:
         rows = json.loads(Path(args.from_rows).read_text())
         print(report_text(rows, [], args, 0.0))
         return 0
     from edgetune.board.base import EmbeddedBoard
+
+    if args.rank_from_rows:
+        rows = json.loads(Path(args.rank_from_rows).read_text())
+        board = EmbeddedBoard(key="local", num_threads=0)
+        address = board.open()
+        try:
+            for model in args.models:
+                row = next((r for r in rows if r["model"] == model and r["config"] == "adaptive"), None)
+                if row is not None:
+                    rank = ranking(row, args, address)
+                    print(json.dumps(rank), flush=True)
+        finally:
+            board.close()
+        return 0
 
     started = time.monotonic()
     rows, ranks = [], []

@@ -60,7 +60,7 @@ def cli(*argv: str) -> int:
 
 
 def test_bundled_set_is_complete() -> None:
-    expected = {"rk3399", "rk3399-mali", "rpi3", "rpi4", "rpi5", "jetson-orin", "x86-64", "cuda", "host"}
+    expected = {"rk3399", "rk3399-mali", "opencl", "rpi3", "rpi4", "rpi5", "jetson-orin", "x86-64", "cuda", "host"}
     assert expected <= set(BUNDLED)
     assert [p.name for p in list_profiles()] == BUNDLED
 
@@ -102,7 +102,14 @@ def test_bundled_board_details() -> None:
     assert rk3399.device.core_affinity == (4, 5)
     assert rk3399.is_cross_compiled and rk3399.build.cross_compiler == "aarch64-linux-gnu-g++"
     mali = load_profile("rk3399-mali")
-    assert mali.target == {"kind": "opencl", "device": "mali"}
+    assert mali.target == {
+        "kind": "opencl", "device": "mali", "max_num_threads": 256, "max_threads_per_block": 256,
+        "max_shared_memory_per_block": 16384, "thread_warp_size": 1,
+    }
+    # the device's limits reach TVM's target, which MetaSchedule's GPU rules read (apache/tvm#3992)
+    tvm_mali = mali.tvm_target()
+    assert int(tvm_mali.attrs["max_num_threads"]) == 256 and int(tvm_mali.attrs["thread_warp_size"]) == 1
+    assert int(tvm_mali.attrs["max_shared_memory_per_block"]) == 16384
     assert mali.rpc.device == "opencl"
     assert mali.host_target["mtriple"] == "aarch64-linux-gnu"
     orin = load_profile("jetson-orin")

@@ -7,12 +7,11 @@ import math
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, SESSION_KEY, run_cli
 from edgetune.costmodel import graph
 from edgetune.costmodel.modelfile import FORMAT_VERSION, ModelFile, bundled_model
 from edgetune.errors import CostModelError
@@ -158,3 +157,44 @@ def test_missing_torch_is_a_one_line_error_naming_the_extra():
             "try:\n    require_torch()\nexcept CostModelError as e:\n    print(e)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert "pip install 'edgetune[meta]'" in result.stdout, result.stderr
+
+
+def test_bundled_model_loads_and_is_small():
+    model = bundled_model()
+    assert model.info["training"]["records"] > 0 and model.num_parameters > 0
+    assert (REPO / "edgetune" / "costmodel" / "data" / "metatune.npz").stat().st_size < 1_000_000
+
+
+@pytest.fixture(scope="module")
+def meta_run(tmp_path_factory, loopback_board):
+    """A short tune of the demo CNN with the MetaTune cost model: its history is the CLI tests' database."""
+    out = tmp_path_factory.mktemp("meta") / "run"
+    result = run_cli("tune", "--profile", "host", "--model", "demo:tiny-cnn", "--trials", "12", "--out", str(out),
+                     "--no-evaluate", "--cost-model", "meta", "--tracker", f"{loopback_board.host}:{loopback_board.port}",
+                     "--key", SESSION_KEY)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out
+
+
+@pytest.mark.integration
+def test_tune_with_the_meta_cost_model(meta_run):
+    summary = json.loads((meta_run / "summary.json").read_text())
+    assert summary["search"]["cost_model"] == "meta"
+    assert summary["trials"]["this_run"] >= 8
+    assert any(task["best_latency_us"] for task in summary["tasks"]), summary["tasks"]
+
+
+@pytest.mark.integration
+def test_costmodel_cli_pretrains_from_a_real_history(meta_run, tmp_path):
+    out = tmp_path / "from-run.npz"
+    result = run_cli("costmodel", "pretrain", "--db", str(meta_run / "history.db"), "--out", str(out),
+                     "--epochs", "3", "--iterations", "5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = run_cli("costmodel", "info", str(out))
+    assert info.returncode == 0, info.stderr
+    assert f"format version {FORMAT_VERSION}" in info.stdout and "history: sqlite:///" in info.stdout
+    model = ModelFile.load(out)
+    assert model.info["training"]["records"] >= 8 and model.info["training"]["tasks"] >= 1
+    assert model.info["hyperparameters"]["epochs"] == 3
+    missing = run_cli("costmodel", "pretrain", "--db", str(tmp_path / "none.db"), "--out", str(tmp_path / "x.npz"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr

@@ -74,6 +74,7 @@ def load_corpus(urls: list[str], *, max_records_per_task: int = 512) -> Corpus:
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.target import Target
 
+    from ..builder.intrinsics import load_tensor_intrinsics
     from ..history import open_history
 
     corpus, encoder = Corpus(), graph.GraphEncoder()
@@ -90,6 +91,7 @@ def load_corpus(urls: list[str], *, max_records_per_task: int = 512) -> Corpus:
                 summaries = summaries[-max_records_per_task:]
                 records = store.records_by_id([s.id for s in summaries])
                 target = Target(json.loads(target_json))
+                load_tensor_intrinsics(target)  # only the target's family: TVM's full set takes 12-45 s to import
                 context = TuneContext(mod=summaries[0].workload.workload.mod, target=target, task_name="pretrain")
                 graphs = encoder(context, [r.as_measure_candidate() for r in records])
                 corpus.graphs.extend(graphs)

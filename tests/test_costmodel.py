@@ -198,3 +198,33 @@ def test_costmodel_cli_pretrains_from_a_real_history(meta_run, tmp_path):
     assert model.info["hyperparameters"]["epochs"] == 3
     missing = run_cli("costmodel", "pretrain", "--db", str(tmp_path / "none.db"), "--out", str(tmp_path / "x.npz"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.integration
+def test_warm_start_adapts_the_meta_model_to_the_history(meta_run):
+    """The pipeline's warm start feeds history records to MetaTuneModel.update: each task gets its adapted head."""
+    import tvm
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
+    from edgetune.costmodel.meta_model import MetaTuneModel
+    from edgetune.history import open_history
+    from edgetune.history.warmstart import warm_start
+
+    history = open_history(str(meta_run / "history.db"), read_only=True)
+    try:
+        target = tvm.target.Target(json.loads(history.record_groups()[0].target_json))
+        load_tensor_intrinsics(target)
+        records = history.successful_records(target)
+        mods = list({r.workload.mod.script(): r.workload.mod for r, _ in records}.values())
+        model = MetaTuneModel()
+        report = warm_start(model, mods, history, target, board_id=SESSION_KEY)
+        assert report.same_task == len(records) > 0 and model.num_samples_ == report.total
+        assert all(task.head is not None for task in model.tasks_.values()) and len(model.tasks_) == len(mods)
+        record = records[0][0]
+        context = TuneContext(mod=record.workload.mod, target=target, task_name="check")
+        adapted = model.predict(context, [record.as_measure_candidate()])
+        start = MetaTuneModel().predict(context, [record.as_measure_candidate()])
+        assert adapted.shape == (1,) and np.isfinite(adapted).all() and adapted[0] != start[0]
+    finally:
+        history.close()

@@ -4,7 +4,8 @@ Every run is the product's pipeline (:func:`edgetune.tuning.run_tune`) on one
 embedded loopback board shared by all runs, with only ``tuning.cost_model``
 changed; each (task, cost model, seed) is its own run into a fresh history
 (no warm start, no transferred seeds, no untuned default trial, no early stop,
-so every run spends the same budget). The held-out tasks
+and no K-means sampling, which measures fewer candidates than a batch holds: so
+every trial is a measurement and every run spends the same budget). The held-out tasks
 (:func:`benchmarks._metatune_tasks.heldout_tasks`) have shapes and an operator
 mix the shipped model's corpus never had.
 
@@ -62,7 +63,7 @@ def tune_one(task: tuple[str, Any, int], model: str, seed: int, budget: int, boa
 
     profile = bench_profile("host", target=BENCH_TARGET, tuning={
         **AS_BEFORE, "cost_model": model, "seed": seed, "early_stop": "none", "minor_task_share": 0.0,
-        "num_trials_per_iter": 8,
+        "num_trials_per_iter": 8, "sampler": "none",
     })
     curve = BestCurve()
     options = TuneOptions(profile=profile, model=None, out_dir=work, db=str(work / "history.db"), trials=budget,

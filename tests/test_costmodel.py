@@ -150,6 +150,18 @@ def test_corrupt_and_mismatched_files_are_one_line_errors(tmp_path):
         assert result.stderr.count("\n") == 1 and expected in result.stderr and "Traceback" not in result.stderr
 
 
+def test_cost_model_file_setting_picks_the_model(tmp_path):
+    from edgetune.search import make_cost_model
+
+    custom = _model_file(seed=3).save(tmp_path / "custom.npz")
+    model = make_cost_model("meta", model_file=str(custom))
+    assert model.file_.info["training"] == {"records": 3, "tasks": 1} and model.inner_steps == 2
+    assert make_cost_model("meta").file_.info["training"]["records"] == bundled_model().info["training"]["records"]
+    (tmp_path / "bad.npz").write_text("nonsense")
+    with pytest.raises(CostModelError, match="not a MetaTune model file"):
+        make_cost_model("meta", model_file=str(tmp_path / "bad.npz"))
+
+
 def test_missing_torch_is_a_one_line_error_naming_the_extra():
     code = ("import sys; sys.modules['torch'] = None\n"
             "from edgetune.costmodel.meta_model import require_torch\n"

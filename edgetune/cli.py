@@ -109,7 +109,7 @@ def _build_parser() -> argparse.ArgumentParser:
     reduce.add_argument("--evaluator", choices=EVALUATORS, help="time candidates until their throughput CV is low (adaptive) or a fixed number of runs [measure.evaluator]")
     reduce.add_argument("--sampler", choices=SAMPLERS, help="measure one candidate per K-means cluster of each batch [tuning.sampler]")
     reduce.add_argument("--early-stop", choices=EARLY_STOPS, help="end a task when its batches stop improving [tuning.early_stop]")
-    reduce.add_argument("--cost-model", choices=COST_MODELS, help="xgb (AutoTVM), rf (random forest + expected improvement) or random [tuning.cost_model]")
+    reduce.add_argument("--cost-model", choices=COST_MODELS, help="xgb (AutoTVM), rf (random forest + expected improvement), meta (MetaTune, needs edgetune[meta]) or random [tuning.cost_model]")
     reduce.add_argument("--exploration", choices=EXPLORATIONS, help="random share of each batch from the forest's uncertainty (contextual) or a fixed 5%% [tuning.exploration]")
     reduce.add_argument("--transfer", choices=TRANSFERS, help="half of each task's first batch replayed from the best schedules of the same operator at other shapes in the history (similar), or none (off) [tuning.transfer]")
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
@@ -138,6 +138,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from .history.cli import add_db_commands
 
     add_db_commands(db_sub)
+    from .costmodel.cli import add_costmodel_parser
+
+    add_costmodel_parser(sub)
     return parser
 
 

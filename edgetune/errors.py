@@ -97,6 +97,12 @@ class ReportError(EdgetuneError, ValueError):
     exit_code = 2
 
 
+class CostModelError(EdgetuneError, ValueError):
+    """A MetaTune model file is missing, corrupt or of another version, or its extra is not installed."""
+
+    exit_code = 2
+
+
 class HistoryError(EdgetuneError, RuntimeError):
     """The history database cannot be opened, read or written."""
 

@@ -74,7 +74,8 @@ def test_build_and_twine_check(dist: Path) -> None:
         assert f"edgetune/device_profiles/{name}" in names
     for name in MIGRATIONS:
         assert f"edgetune/history/migrations/versions/{name}" in names
-    for name in ("edgetune/history/migrations/env.py", "edgetune/history/migrations/script.py.mako", "edgetune/py.typed"):
+    for name in ("edgetune/history/migrations/env.py", "edgetune/history/migrations/script.py.mako", "edgetune/py.typed",
+                 "edgetune/costmodel/data/metatune.npz"):
         assert name in names
     assert not any(name.startswith(("device_profiles/", "tests/")) for name in names)  # nothing at the top level
     for line in ("License-Expression: Apache-2.0", "Requires-Python: >=3.10", "Description-Content-Type: text/markdown",

@@ -235,7 +235,7 @@ def test_unknown_key_without_match_lists_valid_keys(tmp_path: Path) -> None:
         ("[device]\ncore_affinity = [4, 4]", "must be a list of distinct integers >= 0, got [4, 4] (list)"),
         (
             '[tuning]\ncost_model = "xgbb"',
-            "key 'tuning.cost_model' must be one of 'xgb', 'rf', 'random', got 'xgbb' (str) instead "
+            "key 'tuning.cost_model' must be one of 'xgb', 'rf', 'random', 'meta', got 'xgbb' (str) instead "
             "(did you mean 'xgb'?)",
         ),
         ("[rpc]\nkey = 5", "key 'rpc.key' must be a non-empty string, got 5 (int) instead"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 #: ``tvm.runtime.Device`` kinds a board can expose over RPC.
 RPC_DEVICES = ("cpu", "cuda", "opencl", "vulkan", "metal")
 #: Cost models ``edgetune tune`` knows how to build.
-COST_MODELS = ("xgb", "rf", "random")
+COST_MODELS = ("xgb", "rf", "random", "meta")
 #: How candidates are timed on the board.
 EVALUATORS = ("adaptive", "fixed")
 #: What ends the adaptive evaluator's timing: the paper's throughput CV, the mean's confidence interval, or by kernel length.

@@ -115,6 +115,8 @@ class TuningSettings:
     num_trials_per_iter: int = 16
     max_trials_per_task: int = 0
     cost_model: str = "rf"
+    # MetaTune model file of cost_model = "meta" (edgetune costmodel pretrain); "": the bundled one
+    cost_model_file: str = ""
     search_strategy: str = "evolutionary"
     population_size: int = 0
     task_scheduler: str = "gradient"
@@ -300,6 +302,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "num_trials_per_iter": _integer(1, default=16),
         "max_trials_per_task": _integer(0, default=0),
         "cost_model": _string(COST_MODELS, default="rf"),
+        "cost_model_file": _string(default=""),
         "search_strategy": _string(SEARCH_STRATEGIES, default="evolutionary"),
         "population_size": _integer(0, default=0),
         "task_scheduler": _string(TASK_SCHEDULERS, default="gradient"),

@@ -243,7 +243,8 @@ class TuningPipeline:
         if self.components.cost_model is not None:
             return self.components.cost_model
         tuning = self.profile.tuning
-        return make_cost_model(tuning.cost_model, seed=tuning.seed, num_cores=os.cpu_count() or 1)
+        return make_cost_model(tuning.cost_model, seed=tuning.seed, num_cores=os.cpu_count() or 1,
+                               model_file=tuning.cost_model_file)
 
     def make_search_strategy(self, run: _Run, per_type: dict[tuple[str, ...], dict[str, Any]] | None) -> Any:
         if self.components.search_strategy is not None:

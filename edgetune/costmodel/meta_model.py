@@ -1,0 +1,150 @@
+"""MetaTune as a MetaSchedule cost model: the meta-learned start, adapted to each task's measurements.
+
+Before a task has any measurement the model ranks candidates with the
+meta-learned head (the point of MetaTune: useful from the first batch). After
+each batch it adapts a copy of that start to the task's measurements with
+MAML's inner loop (the same steps and learning rate it was meta-trained with),
+so every task has its own head and none drifts from the shared start. The GCN
+embedding is frozen; a candidate's embedding is computed once per prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+from ..common.failure import FAILURE_THRESHOLD_SECS
+from ..errors import CostModelError
+from . import graph
+from .modelfile import ModelFile, load_model_file
+
+EXTRA_HINT = "the meta cost model needs PyTorch: pip install 'edgetune[meta]'"
+
+
+def require_torch() -> None:
+    """One-line error naming the extra when PyTorch is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CostModelError(EXTRA_HINT) from None
+
+
+@dataclass
+class _Task:
+    """One task's measurements: embeddings and costs, and the head adapted to them."""
+
+    z: list[Any] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+    head: Any = None
+
+
+@derived_object
+class MetaTuneModel(PyCostModel):
+    """MetaTune cost model; ``predict`` returns the predicted throughput relative to the task's best.
+
+    Parameters
+    ----------
+    model_file:
+        A model written by ``edgetune costmodel pretrain``; None uses the one bundled with edgetune.
+    inner_steps, inner_lr:
+        Adaptation to a task's measurements; None takes the values the model was meta-trained with.
+    max_adapt_samples:
+        Adapt on at most the newest this many measurements of a task (bounds the time per batch).
+    threads:
+        PyTorch threads (the host also builds candidates).
+    """
+
+    def __init__(
+        self,
+        model_file: str | Path | None = None,
+        inner_steps: int | None = None,
+        inner_lr: float | None = None,
+        max_adapt_samples: int = 256,
+        threads: int = 1,
+    ) -> None:
+        super().__init__()
+        require_torch()
+        from . import net
+
+        if max_adapt_samples < 1:
+            raise ValueError(f"max_adapt_samples must be >= 1, got {max_adapt_samples!r} instead")
+        self.model_file = model_file
+        self.max_adapt_samples = max_adapt_samples
+        self.threads = threads
+        net.set_threads(threads)
+        self._set_file(load_model_file(model_file))
+        hyper = self.file_.info.get("hyperparameters", {})
+        self.inner_steps = int(inner_steps if inner_steps is not None else hyper.get("inner_steps", 10))
+        self.inner_lr = float(inner_lr if inner_lr is not None else hyper.get("inner_lr", 0.05))
+        self.tasks_: dict[str, _Task] = {}
+        self._encoder = graph.GraphEncoder()
+
+    def _set_file(self, file: ModelFile) -> None:
+        from . import net
+
+        self.file_ = file
+        self.params_ = {k: t.detach() for k, t in net.to_torch(file.params).items()}
+        self._mean, self._std = file.feature_mean, file.feature_std
+
+    @staticmethod
+    def _task_key(context: Any) -> str:
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        return shash2hex(context.mod)
+
+    def _embed(self, context: Any, candidates: list[Any]) -> Any:
+        from . import net
+
+        nodes, adjacency, mask = graph.stack(self._encoder(context, candidates))
+        scaled = ((nodes - self._mean) / self._std) * mask[:, :, None]
+        return net.embeddings(self.params_, (scaled, adjacency, mask))
+
+    # -- MetaSchedule interface ----------------------------------------------------
+    def load(self, path: str) -> None:
+        """Replace the meta-learned start with the model file at ``path`` (adapted heads are dropped)."""
+        self._set_file(ModelFile.load(path))
+        self.tasks_ = {}
+
+    def save(self, path: str) -> None:
+        """Write the meta-learned start (what a later run adapts from) as a model file."""
+        ModelFile(self.file_.params, self._mean, self._std, dict(self.file_.info)).save(path)
+
+    def update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
+        if not candidates:
+            return
+        from . import net
+
+        task = self.tasks_.setdefault(self._task_key(context), _Task())
+        z = self._embed(context, candidates)
+        for row, result in zip(z, results):
+            secs = [float(s) for s in (result.run_secs or [])]
+            cost = float(np.median(secs)) if secs and not result.error_msg else FAILURE_THRESHOLD_SECS
+            task.z.append(row)
+            task.costs.append(min(cost, FAILURE_THRESHOLD_SECS))
+        from .training import relative_throughput
+
+        z_all = net.torch.stack(task.z[-self.max_adapt_samples:])
+        y = net.torch.as_tensor(relative_throughput(np.asarray(task.costs[-self.max_adapt_samples:]), np.asarray(task.costs)))
+        task.head = net.adapt(self.params_, z_all, y, steps=self.inner_steps, lr=self.inner_lr)
+
+    def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0)
+        from . import net
+
+        task = self.tasks_.get(self._task_key(context))
+        head = task.head if task is not None and task.head is not None else self.params_
+        return net.predict(head, self._embed(context, candidates))
+
+    # -- edgetune API ------------------------------------------------------------
+    @property
+    def num_samples_(self) -> int:
+        return sum(len(t.costs) for t in self.tasks_.values())
+
+
+__all__ = ["EXTRA_HINT", "MetaTuneModel", "require_torch"]

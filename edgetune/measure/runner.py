@@ -208,6 +208,17 @@ class TrackerRunner(PyRunner):
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
+    def wait_idle(self, timeout_sec: float | None = None) -> None:
+        """Return once the batch in flight is done, its after-batch hook included: the stats are then final.
+
+        MetaSchedule has every result of a batch before the runner's thread has
+        finished with it (the hook reads the board's heat after the last one).
+        """
+        try:
+            self._executor.submit(lambda: None).result(timeout_sec if timeout_sec is not None else self.session_timeout_sec)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            pass  # shut down already, or a batch that outlives a session: report what there is
+
     # -- MetaSchedule interface -------------------------------------------
     def run(self, runner_inputs: list[RunnerInput]) -> list[_Future]:
         promises = [concurrent.futures.Future() for _ in runner_inputs]

@@ -411,6 +411,8 @@ class TuningPipeline:
             run.awaits = board.awaits_measurements
             if run.plan.remaining > 0 and run.contexts:
                 self.tune(run)
+            if hasattr(run.runner, "wait_idle"):
+                run.runner.wait_idle()
             summary = self.summarize(run)
             if run.interrupted:
                 summary.write(out_dir)

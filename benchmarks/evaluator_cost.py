@@ -76,7 +76,8 @@ def tune(model: str, seed: int, config: str, board: Any, args: argparse.Namespac
     spec = f"demo:{model}@{args.res}"
     summary = run_tune(
         TuneOptions(profile=_profile(args, seed, config), model=spec, out_dir=out, trials=args.trials,
-                    evaluate=args.end_to_end, warm_start="off", board=board)
+                    evaluate=args.end_to_end and not args.task, warm_start="off", board=board,
+                    task_names=[args.task] if args.task else None)
     )
     e2e = summary.end_to_end
     measured = summary.trials.measured_on_device
@@ -236,6 +237,7 @@ def main() -> int:
                         help="skip timing each delivered model end to end (faster; only the tasks' estimate is reported)")
     parser.add_argument("--rows", help="also write every tuned run's row to this JSON file as it finishes")
     parser.add_argument("--write-results", action="store_true")
+    parser.add_argument("--task", help="tune only this task of each model (e.g. for a ranking check with many candidates of one workload)")
     parser.add_argument("--from-rows", help="report the rows of an earlier --rows file instead of tuning (no ranking check)")
     parser.add_argument("--rank-from-rows", help="only the ranking check, on the histories of an earlier --rows file")
     args = parser.parse_args()

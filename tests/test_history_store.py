@@ -210,6 +210,18 @@ def test_dedupe_merges_one_candidate_measured_by_two_boards(store):
     assert len(kept) == 1  # the mean of 4 ms and 2 ms
 
 
+def test_board_summaries_keep_each_boards_records_apart(store):
+    workload = store.commit_workload(MOD)
+    store.commit_measurement(_record(workload, 2, [2e-3]), board="127.0.0.1:9191")
+    store.commit_measurement(_record(workload, 7, [1e9]), error="run failed", board="127.0.0.1:9191")
+    summaries = store.board_summaries()
+    other = [s for s in summaries if s.board_id.endswith("@127.0.0.1:9191")]
+    assert len(other) == 1, summaries
+    (mine,) = other
+    assert (mine.count, mine.successful, mine.best_sec) == (2, 1, pytest.approx(2e-3))
+    assert sum(s.count for s in summaries) == sum(1 for _ in store.record_summaries())
+
+
 # ---------------------------------------------------------------------- claims
 
 def test_a_claim_is_held_by_one_owner_until_it_expires(store):

@@ -28,6 +28,7 @@ from edgetune.history.sql import RECORD_COLUMNS, has_schedule, insert_statement,
 from edgetune.history.store import (
     RECORD_FIELDS,
     WORKLOAD_FIELDS,
+    BoardWorkloadSummary,
     DedupeResult,
     ImportResult,
     PruneResult,
@@ -88,6 +89,19 @@ class SqlOperations:
             wanted = set(ids)
             entries = self._entries(conn, wanted)
             return {row_id: entries[row_id] for row_id in wanted if row_id in entries}
+
+    def board_summaries(self) -> list[BoardWorkloadSummary]:
+        ok = sa.case((records.c.mean_run_sec.is_(None), 0), else_=1)
+        stmt = sa.select(
+            records.c.board_id, records.c.workload_id, sa.func.count(), sa.func.sum(ok),
+            sa.func.min(records.c.mean_run_sec), sa.func.max(records.c.created_at),
+        ).group_by(records.c.board_id, records.c.workload_id)
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [
+            BoardWorkloadSummary(str(board), int(wid), int(count), int(good or 0), None if best is None else float(best), float(last))
+            for board, wid, count, good, best, last in rows
+        ]
 
     def record_groups(self) -> list[RecordGroup]:
         ok = sa.case((records.c.mean_run_sec.is_not(None), 1), else_=0)

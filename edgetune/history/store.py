@@ -74,6 +74,18 @@ class RecordGroup:
 
 
 @dataclass
+class BoardWorkloadSummary:
+    """What one board (``board_id``: ``KEY@host:port``, or the key alone) measured of one workload row."""
+
+    board_id: str
+    workload_id: int
+    count: int
+    successful: int
+    best_sec: float | None
+    last: float
+
+
+@dataclass
 class RecordSummary:
     """A record without its trace: enough to order, group and rank measurements."""
 
@@ -179,6 +191,10 @@ class HistoryStore(abc.ABC):
     @abc.abstractmethod
     def record_groups(self) -> list[RecordGroup]:
         """Per workload and target: counts, best, first/last time and boards."""
+
+    @abc.abstractmethod
+    def board_summaries(self) -> list[BoardWorkloadSummary]:
+        """Per board and workload row: records, successful ones, best mean run time and last time (``boards status``)."""
 
     @abc.abstractmethod
     def record_summaries(self, target: Target | None = None) -> list[RecordSummary]:

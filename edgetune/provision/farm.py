@@ -76,31 +76,16 @@ class BoardHistory:
 
 def history_status(url: str, key: str | None) -> tuple[str, list[BoardHistory]]:
     """Records per board_id and workload in the history at ``url`` (read only; the schema as it is)."""
-    import sqlalchemy as sa
-
     from ..history import open_history
-    from ..history.database import connect_engine
     from ..history.maintenance import history_stats
-    from ..history.schema import records
 
     history = open_history(url, read_only=True)  # checks the file exists and its schema version
     try:
         names = {wid: group.task for group in history_stats(history) for wid in group.workload_ids}
         shown = history.url
+        rows = [(s.board_id, s.workload_id, s.count, s.successful, s.best_sec, s.last) for s in history.board_summaries()]
     finally:
         history.close()
-    engine, _name = connect_engine(url, must_exist=True)
-    ok = sa.case((records.c.mean_run_sec.is_(None), 0), else_=1)
-    query = (
-        sa.select(records.c.board_id, records.c.workload_id, sa.func.count(), sa.func.sum(ok),
-                  sa.func.min(records.c.mean_run_sec), sa.func.max(records.c.created_at))
-        .group_by(records.c.board_id, records.c.workload_id)
-    )
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(query).all()
-    finally:
-        engine.dispose()
     boards: dict[str, BoardHistory] = {}
     for board_id, workload_id, count, successful, best, last in rows:
         if key is not None and board_id != key and not str(board_id).startswith(f"{key}@"):

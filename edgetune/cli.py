@@ -178,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     _exit_cleanly_on_sigterm()
+    _dump_stacks_on_sigusr1()
     try:
         return int(args.func(args) or 0)
     except TuningInterrupted as error:
@@ -191,6 +192,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgetune: interrupted", file=sys.stderr)
         return 130
+
+
+def _dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints every thread's stack to stderr: how to see where a stuck run waits."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def _exit_cleanly_on_sigterm() -> None:

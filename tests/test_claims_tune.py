@@ -103,7 +103,13 @@ def test_an_interrupted_run_releases_its_claims(tmp_path, loopback_board, postgr
     assert proc.poll() is None, proc.communicate()[1][-2000:]
     assert live >= 1, "the run never held a claim while measuring"
     proc.send_signal(signal.SIGINT)
-    _stdout, stderr = proc.communicate(timeout=240)
+    try:
+        _stdout, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the CLI dumps every thread's stack: where it is stuck
+        time.sleep(3)
+        proc.kill()
+        pytest.fail("the run did not stop within 240 s of Ctrl-C; its stacks:\n" + proc.communicate()[1][-6000:])
     assert proc.returncode == 130, stderr[-2000:]
     assert _scalar(postgres_url, "SELECT COUNT(*) FROM claims WHERE record_id IS NULL") == 0
     assert _scalar(postgres_url, "SELECT COUNT(*) FROM claims WHERE record_id IS NOT NULL") >= finished

@@ -33,7 +33,7 @@ def test_evolutionary_strategy_uses_auto_or_explicit_population():
 
 
 def test_unknown_names_are_rejected_with_the_choices():
-    with pytest.raises(ValueError, match=r"cost_model must be one of random, rf, xgb, got 'gbm' instead"):
+    with pytest.raises(ValueError, match=r"cost_model must be one of meta, random, rf, xgb, got 'gbm' instead"):
         make_cost_model("gbm")
     with pytest.raises(ValueError, match="search_strategy must be one of"):
         make_search_strategy("annealing")

@@ -162,7 +162,8 @@ def test_stock_scheduler_on_a_board_sharing_the_host_cpu_awaits_each_batch(tmp_p
     summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=8, evaluate=False,
                                    board=HostCpuBoard(loopback_board)))
     assert len(wrapped) == 1 and summary.search.scheduler_awaits_measurements is True
-    assert summary.trials.measured_on_device >= 8
+    # every trial reached the board, or was a module measured already (e.g. a task's default schedule)
+    assert summary.trials.measured_on_device + summary.trials.served_from_history >= 8
     # a real board (TrackerBoard) keeps MetaSchedule's overlap of measuring and building
     wrapped.clear()
     run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "b", trials=6, evaluate=False,

@@ -54,7 +54,13 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"edgetune {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _add_tune_parser(sub)
+    _add_other_parsers(sub)
+    return parser
 
+
+def _add_tune_parser(sub: Any) -> None:
+    """``edgetune tune``: where the model, board and budget come from, and the trial-reducing switches."""
     tune = sub.add_parser(
         "tune",
         help="tune a model for a device profile and compile it",
@@ -116,6 +122,9 @@ def _build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
     tune.set_defaults(func=_run_tune)
 
+
+def _add_other_parsers(sub: Any) -> None:
+    """Every other command; each subpackage adds its own."""
     from .profile.cli import add_profiles_parser
 
     add_profiles_parser(sub)
@@ -141,7 +150,6 @@ def _build_parser() -> argparse.ArgumentParser:
     from .costmodel.cli import add_costmodel_parser
 
     add_costmodel_parser(sub)
-    return parser
 
 
 def _run_tune(args: argparse.Namespace) -> int:

@@ -175,20 +175,7 @@ def deploy(
     model_dirname = safe_model_name(source.model_name)
     version = new_version(artifact_sha)
 
-    model = inputs = reference = None
-    if verify:
-        from ..tasks import load_model
-
-        model = load_model(source.model_source)
-        if model.sha256 != source.model_sha256:
-            raise DeployError(
-                f"model {source.model_source} must have sha256 {source.model_sha256[:16]}... as when it was tuned, "
-                f"got {model.sha256[:16]}... instead; re-tune or deploy the matching model file"
-            )
-        feeds = model.random_inputs(seed=INPUT_SEED)
-        inputs = [feeds[spec.name] for spec in model.inputs]
-        reference = model.reference_outputs(feeds)
-
+    inputs, reference = _reference(source) if verify else (None, None)
     files: dict[str, Path | bytes] = {ARTIFACT: source.artifact, RUNNER: RUN_PY.encode()}
     if inputs is not None:
         files.update({f"input_{i}.npy": _npy(x) for i, x in enumerate(inputs)})
@@ -207,22 +194,7 @@ def deploy(
             benchmark = _bench_on_board(connection, directory, venv_python(_base(root)), len(inputs), reference,
                                         tolerance, warmup, repeat, log)
 
-        manifest = {
-            "model": {"name": source.model_name, "source": source.model_source, "sha256": source.model_sha256},
-            "artifact": {"file": ARTIFACT, "sha256": artifact_sha, "bytes": source.artifact.stat().st_size},
-            "version": version,
-            "board": entry.name,
-            "profile": profile.name,
-            "target": source.target,
-            "tvm_version": source.tvm_version,
-            "history": source.history,
-            "history_digest": source.history_digest,
-            "tuned_latency_at_tune_time": source.tuned_latency,
-            "untuned_latency_at_tune_time": source.untuned_latency,
-            "verification": verification,
-            "benchmark": benchmark,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        manifest = _manifest(source, entry.name, profile.name, artifact_sha, version, verification, benchmark)
         text = json.dumps(manifest, indent=2, default=str) + "\n"
         _write_remote_atomic(connection, posixpath.join(directory, MANIFEST), text.encode())
         local = local_dir / entry.name / version / MANIFEST
@@ -232,6 +204,43 @@ def deploy(
         log(f"current -> {version}" + (f" (previous: {previous})" if previous else ""))
     return DeployResult(Deployment(entry.name, model_dirname, version, directory, previous), manifest, local,
                         verification is not None, benchmark)
+
+
+def _reference(source: DeploySource) -> tuple[list[Any], list[Any]]:
+    """The model's seeded random inputs and the host reference outputs (the model must be the tuned one)."""
+    from ..tasks import load_model
+
+    model = load_model(source.model_source)
+    if model.sha256 != source.model_sha256:
+        raise DeployError(
+            f"model {source.model_source} must have sha256 {source.model_sha256[:16]}... as when it was tuned, "
+            f"got {model.sha256[:16]}... instead; re-tune or deploy the matching model file"
+        )
+    feeds = model.random_inputs(seed=INPUT_SEED)
+    return [feeds[spec.name] for spec in model.inputs], model.reference_outputs(feeds)
+
+
+def _manifest(
+    source: DeploySource, board: str, profile: str, artifact_sha: str, version: str,
+    verification: dict[str, Any] | None, benchmark: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """What was deployed, from which tuning run, and what the board showed."""
+    return {
+        "model": {"name": source.model_name, "source": source.model_source, "sha256": source.model_sha256},
+        "artifact": {"file": ARTIFACT, "sha256": artifact_sha, "bytes": source.artifact.stat().st_size},
+        "version": version,
+        "board": board,
+        "profile": profile,
+        "target": source.target,
+        "tvm_version": source.tvm_version,
+        "history": source.history,
+        "history_digest": source.history_digest,
+        "tuned_latency_at_tune_time": source.tuned_latency,
+        "untuned_latency_at_tune_time": source.untuned_latency,
+        "verification": verification,
+        "benchmark": benchmark,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def _base(root: str) -> str:

@@ -11,7 +11,7 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from edgetune.common.choices import DEDUPE_METHODS
 from edgetune.errors import HistoryError
@@ -77,15 +77,24 @@ def add_db_commands(db_sub: Any) -> None:
     """Add the maintenance actions to the ``edgetune db`` subparsers."""
 
     def action(name: str, help_: str, description: str, epilog: str) -> argparse.ArgumentParser:
-        parser = db_sub.add_parser(
+        return db_sub.add_parser(
             name,
             help=help_,
             description=description,
             epilog=epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        return parser
 
+    _add_record_commands(action)
+    _add_transfer_commands(action, db_sub)
+    _add_suggest_command(action)
+
+
+_Action = Callable[[str, str, str, str], argparse.ArgumentParser]
+
+
+def _add_record_commands(action: _Action) -> None:
+    """``stats``, ``dedupe`` and ``prune``: look at and clean the records."""
     stats = action(
         "stats",
         "records per task and target: counts, best latency, dates",
@@ -108,6 +117,23 @@ def add_db_commands(db_sub: Any) -> None:
     dedupe.add_argument("--dry-run", action="store_true", help="count, do not change anything")
     dedupe.set_defaults(func=_run_dedupe)
 
+    prune = action(
+        "prune",
+        "delete failed, old, or slow records",
+        "Delete records: failed ones (--failed), ones older than DAYS (--older-than), and "
+        "successful ones beyond the K fastest of each workload and target (--keep-top).",
+        PRUNE_EPILOG,
+    )
+    prune.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    prune.add_argument("--keep-top", type=int, metavar="K", help="keep the K fastest successful records per workload and target")
+    prune.add_argument("--failed", action="store_true", help="delete failed measurements")
+    prune.add_argument("--older-than", type=float, metavar="DAYS", help="delete records measured more than DAYS days ago")
+    prune.add_argument("--dry-run", action="store_true", help="count, do not delete")
+    prune.set_defaults(func=_run_prune)
+
+
+def _add_transfer_commands(action: _Action, db_sub: Any) -> None:
+    """``export``, ``import``, ``export-tvm`` and ``upgrade``: move a history and bring it up to date."""
     export = action(
         "export",
         "write the whole history to a portable file",
@@ -131,20 +157,6 @@ def add_db_commands(db_sub: Any) -> None:
     imp.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
     imp.set_defaults(func=_run_import)
 
-    prune = action(
-        "prune",
-        "delete failed, old, or slow records",
-        "Delete records: failed ones (--failed), ones older than DAYS (--older-than), and "
-        "successful ones beyond the K fastest of each workload and target (--keep-top).",
-        PRUNE_EPILOG,
-    )
-    prune.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
-    prune.add_argument("--keep-top", type=int, metavar="K", help="keep the K fastest successful records per workload and target")
-    prune.add_argument("--failed", action="store_true", help="delete failed measurements")
-    prune.add_argument("--older-than", type=float, metavar="DAYS", help="delete records measured more than DAYS days ago")
-    prune.add_argument("--dry-run", action="store_true", help="count, do not delete")
-    prune.set_defaults(func=_run_prune)
-
     upgrade = action(
         "upgrade",
         "bring an older history to this edgetune's schema version",
@@ -166,6 +178,9 @@ def add_db_commands(db_sub: Any) -> None:
     export_tvm.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
     export_tvm.set_defaults(func=_run_export_tvm)
 
+
+def _add_suggest_command(action: _Action) -> None:
+    """``suggest``: per-task-type early-stop and sampling settings read off the history."""
     suggest = action(
         "suggest",
         "suggest per-task-type early stop and K-means sampling settings from the history",

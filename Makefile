@@ -18,14 +18,15 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 
 install-test: $(BIN)/python system-deps
-	$(BIN)/python -m pip install --quiet -e ".[test,postgres,torch,meta]"
+	$(BIN)/python -m pip install --quiet -e ".[test,postgres,torch,meta,opencl]"
 
 # Debian packages the tests use: a host C++ compiler (links candidates), the
 # aarch64 cross toolchain (cross-compiled artifacts are checked), the
 # PostgreSQL server (the history tests start their own throwaway cluster), and
 # for the provisioning tests: an OpenSSH server and client (test boards), ip
 # (network namespaces), debootstrap + qemu-user-static + binfmt-support (the
-# emulated arm64 board), and chromium (a headless browser opens the run report).
+# emulated arm64 board), chromium (a headless browser opens the run report), and pocl (an
+# OpenCL device on the CPU that runs the kernels built for the Mali and Adreno profiles).
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
@@ -38,6 +39,7 @@ system-deps:
 	command -v qemu-aarch64-static >/dev/null || missing="$$missing qemu-user-static"; \
 	command -v update-binfmts >/dev/null || missing="$$missing binfmt-support"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	ls /etc/OpenCL/vendors/pocl.icd >/dev/null 2>&1 || missing="$$missing pocl-opencl-icd"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages:$$missing"; \

@@ -121,3 +121,15 @@ class TuningInterrupted(EdgetuneError, KeyboardInterrupt):
         super().__init__(message)
         if signum is not None:
             self.exit_code = 128 + int(signum)
+
+
+class DeviceLimitError(EdgetuneError, ValueError):
+    """A candidate needs more of the device than it has (work-group size, local memory)."""
+
+    exit_code = 2
+
+
+class OpenCLUnavailableError(EdgetuneError, RuntimeError):
+    """No OpenCL implementation on this host to run generated kernels on (pyopencl, an ICD such as pocl)."""
+
+    exit_code = 3

@@ -114,13 +114,33 @@ class EmbeddedBoard(Board):
 
 
 def check_runnable_on_host(profile: Any) -> None:
-    """The embedded board runs code for this host's CPU only."""
-    if profile.rpc.device != "cpu" or profile.is_cross_compiled or profile.device.arch not in ("", platform.machine()):
+    """The embedded board runs code for this host's CPU, and for its CUDA GPU when it has one."""
+    same_host = not profile.is_cross_compiled and profile.device.arch in ("", platform.machine())
+    if same_host and profile.rpc.device == "cpu":
+        return
+    if same_host and profile.rpc.device == "cuda":
+        if host_has_cuda_gpu():
+            return
         raise BoardError(
-            f"profile '{profile.name}' targets {profile.device.arch} ({profile.rpc.device}); the built-in "
-            f"loopback board runs {platform.machine()} CPU code only: pass --tracker HOST:PORT "
-            f"(and --key) of a real board, or use --profile host"
+            f"profile '{profile.name}' measures on a CUDA GPU and this host has none that TVM can open "
+            f"(tvm.cuda(0).exist is False: no NVIDIA GPU or driver): pass --tracker HOST:PORT (and --key) "
+            f"of a GPU machine's RPC server, or use --profile host"
         )
+    raise BoardError(
+        f"profile '{profile.name}' targets {profile.device.arch} ({profile.rpc.device}); the built-in "
+        f"loopback board runs {platform.machine()} CPU code (and CUDA code on a host with an NVIDIA GPU) only: "
+        f"pass --tracker HOST:PORT (and --key) of a real board, or use --profile host"
+    )
+
+
+def host_has_cuda_gpu() -> bool:
+    """Whether TVM's runtime opens CUDA device 0 here (the wheels are built with CUDA; a driver and GPU are needed)."""
+    try:
+        import tvm
+
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # no libcuda, or a runtime without CUDA: no GPU for the embedded board
+        return False
 
 
 def board_for(profile: Any, tracker: str | None, key: str, log_dir: str | Path | None = None) -> Board:

@@ -393,7 +393,9 @@ class TuningPipeline:
                 stored = cache.default_run_secs(ctx.mod)
                 if stored is not None:
                     task.default_sec = _mean_or_none(stored)
-                elif self.profile.tuning.default_schedule:  # off: the search starts at once
+                elif self.profile.tuning.default_schedule and str(target.kind.name) == "llvm":
+                    # off: the search starts at once. GPU targets' untuned code is TVM's default GPU
+                    # schedule (dlight), not the unscheduled function, so there is no trace to measure.
                     run.defaults_to_measure.append(task.index)
             run.claims = self.make_claims(history, target, cache)
             if run.claims is not None:

@@ -130,3 +130,18 @@ def test_preinstalled_runtime_with_another_tvm_version_is_refused(loopback_sshd,
         assert_one_error(result, 3, "board old has TVM 0.26.0", "this host has 0.27", "rpc_setup/README.md")
     finally:
         site.teardown()  # the host tracker was started before the runtime check
+
+
+def test_gpu_profile_on_a_runtime_without_opencl_is_refused_before_the_server_starts(loopback_sshd, tmp_path: Path) -> None:
+    """The wheels' runtime has no OpenCL: provisioning an OpenCL profile says so and how to get one."""
+    profile = tmp_path / "host-opencl.toml"
+    profile.write_text(
+        'name = "host-opencl"\n[target]\nkind = "opencl"\nmax_threads_per_block = 256\n'
+        '[host_target]\nkind = "llvm"\n[rpc]\ndevice = "opencl"\n[device]\narch = "x86_64"\n'
+    )
+    site = Site(tmp_path).trust(loopback_sshd).add("gpu", loopback_sshd, profile=str(profile))
+    result = site.cli("provision", "gpu")
+    assert_one_error(result, 3, "board gpu", "no opencl support", "tvm.runtime.enabled('opencl') is False",
+                     "USE_OPENCL=ON", "preinstalled")
+    assert "runtime: TVM" in result.stdout  # the runtime was installed and probed
+    assert "started the RPC server" not in result.stdout  # refused before a server that could not measure

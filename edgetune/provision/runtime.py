@@ -264,3 +264,49 @@ def check_preinstalled(connection: BoardConnection, base: str) -> str:
         timeout_sec=30, check=True,
     )
     return version
+
+
+#: where the board's runtime gets a GPU device API from, per RPC device
+_GPU_RUNTIME_HINTS = {
+    "opencl": "the apache-tvm wheels are built with OpenCL off; build the board's runtime from a TVM source tree "
+              "with USE_OPENCL=ON and set runtime = \"preinstalled\" for the board",
+    "vulkan": "the apache-tvm wheels are built with Vulkan off; build the board's runtime from a TVM source tree "
+              "with USE_VULKAN=ON and set runtime = \"preinstalled\" for the board",
+    "cuda": "install a TVM runtime built with CUDA for the board (the x86-64 wheels have it; the aarch64 ones "
+            "may not) and set runtime = \"preinstalled\" for the board",
+}
+
+_DEVICE_PROBE = (
+    "import sys, tvm; kind = sys.argv[1]; enabled = tvm.runtime.enabled(kind); "
+    "print(int(enabled), int(enabled and tvm.device(kind, 0).exist))"
+)
+
+
+def check_device_runtime(connection: BoardConnection, base: str, device: str) -> None:
+    """For a GPU profile: the board's TVM runtime must open the profile's device (OpenCL, CUDA, Vulkan).
+
+    A runtime without the device API would start its RPC server fine and then
+    fail every measurement; this says so before the server starts.
+    """
+    if device not in _GPU_RUNTIME_HINTS:
+        return
+    board = connection.entry.name
+    python = venv_python(base)
+    result = connection.run(f"{python} -c '{_DEVICE_PROBE}' {device}", timeout_sec=600)
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    fields = lines[-1].split() if result.ok and lines else []
+    if len(fields) != 2:
+        raise ProvisionError(f"board {board}: cannot ask {python} for a {device} device ({lines[-1] if lines else 'no output'})")
+    if fields[0] != "1":
+        raise ProvisionError(
+            f"board {board}: the TVM runtime in {base}/venv has no {device} support (tvm.runtime.enabled"
+            f"({device!r}) is False), so no candidate could run on the GPU: {_GPU_RUNTIME_HINTS[device]} "
+            f"({SOURCE_BUILD_DOC})"
+        )
+    if fields[1] != "1":
+        raise ProvisionError(
+            f"board {board}: the TVM runtime supports {device} but opens no {device} device 0 "
+            f"(tvm.device({device!r}, 0).exist is False): check the board's GPU driver"
+            + (" and its ICD file in /etc/OpenCL/vendors" if device == "opencl" else "")
+        )
+

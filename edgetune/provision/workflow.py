@@ -19,7 +19,7 @@ from ..profile import load_profile
 from .detect import BoardFacts, check_profile, detect, require_python
 from .heat import read_heat
 from .inventory import BoardEntry, Inventory
-from .runtime import check_preinstalled, ensure_runtime, installed_runtime, remote_dir
+from .runtime import check_device_runtime, check_preinstalled, ensure_runtime, installed_runtime, remote_dir
 from .server import server_config, server_log_tail, server_pid, set_governor, start_server, stop_server
 from .ssh import BoardConnection
 from .host_tracker import HostTracker, ensure_tracker, running_tracker
@@ -118,6 +118,7 @@ def provision_board(entry: BoardEntry, inventory: Inventory, options: ProvisionO
             else:
                 result.tvm_version, installed = ensure_runtime(connection, facts, base, step)
                 step(f"runtime: TVM {result.tvm_version} in {base}/venv" + (" (installed)" if installed else " (already there)"))
+            check_device_runtime(connection, base, profile.rpc.device)
             if entry.mode == "tunnel":
                 ensure_tunnel(entry, tracker.port, step)
             else:

@@ -182,7 +182,12 @@ def test_the_built_module_carries_kernel_metadata_and_launch_geometry(opencl_dev
     with HostOpenCL() as device:
         _a, b = device.run(built, [a, np.zeros_like(a)])
         assert device.launches[-1].global_size == (1024,) and device.launches[-1].local_size == (128,)
-    np.testing.assert_array_equal(b, a + 1)
+        np.testing.assert_array_equal(b, a + 1)
+        # the module stays whole, and a second run on new buffers uses them (TVM caches kernel lookups)
+        assert read_opencl_program(built).kernels == program.kernels
+        _a, b = device.run(built, [2 * a, np.zeros_like(a)])
+        np.testing.assert_array_equal(b, 2 * a + 1)
+        assert len(device.launches) == 2
 
 
 def test_the_builder_rejects_a_candidate_over_the_devices_work_group_limit(mali):

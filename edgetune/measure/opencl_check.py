@@ -28,7 +28,7 @@ import re
 import struct
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -537,9 +537,8 @@ class HostOpenCL:
 
             return launch
 
-        with _LAUNCH_LOCK, _registered(
-            {name: launcher(info) for name, info in program_info.kernels.items()}, tvm_ffi
-        ):
+        imports = list(host.imports)
+        with _LAUNCH_LOCK, _registered({name: launcher(info) for name, info in program_info.kernels.items()}, tvm_ffi):
             host.clear_imports()  # kernel lookups fall through to the registry entries above
             try:
                 host[entry](*tensors)
@@ -547,7 +546,11 @@ class HostOpenCL:
                 if failures:
                     raise failures[0] from None
                 raise
+            finally:
+                for imported in imports:  # the module stays whole (TVM caches the lookups made above)
+                    host.import_module(imported)
         self._queue.finish()
+        tensors.clear()  # release TVM's views (their deleter lives in ``keep``) before ``keep`` goes
         outputs = [np.empty_like(a) for a in arrays]
         for buffer, out in zip(buffers, outputs):
             cl.enqueue_copy(self._queue, out, buffer)
@@ -588,18 +591,33 @@ def _host_workspaces(tvm_ffi: Any) -> None:
         tvm_ffi.register_global_func("device_api.opencl", lambda *_args: cpu_api())
 
 
+#: kernel name -> the launcher of the run in progress; TVM caches a module's kernel lookups, so the
+#: registry holds one stable dispatcher per name and every run swaps its launchers in here
+_ACTIVE_LAUNCHERS: dict[str, Callable[..., None]] = {}
+
+
+def _dispatcher(name: str) -> Callable[..., None]:
+    def dispatch(*args: Any) -> None:
+        _ACTIVE_LAUNCHERS[name](*args)
+
+    return dispatch
+
+
 @contextlib.contextmanager
-def _registered(functions: dict[str, Any], tvm_ffi: Any) -> Iterator[None]:
-    """Register the kernel launchers (and a no-op device switch) globally, restoring what was there."""
-    entries = dict(functions)
+def _registered(launchers: dict[str, Callable[..., None]], tvm_ffi: Any) -> Iterator[None]:
+    """Route kernel launches (and the device switch, a no-op) to this run; restore the registry after."""
+    entries: dict[str, Callable[..., None]] = {name: _dispatcher(name) for name in launchers}
     entries[_SET_DEVICE] = lambda *_args: None  # the OpenCL device is the one HostOpenCL opened
     _host_workspaces(tvm_ffi)
     previous = {name: tvm_ffi.get_global_func(name, allow_missing=True) for name in entries}
     for name, function in entries.items():
         tvm_ffi.register_global_func(name, function, override=True)
+    _ACTIVE_LAUNCHERS.update(launchers)
     try:
         yield
     finally:
+        for name in launchers:
+            _ACTIVE_LAUNCHERS.pop(name, None)
         for name, function in previous.items():
             if function is not None:
                 tvm_ffi.register_global_func(name, function, override=True)

@@ -1,9 +1,10 @@
-"""OpenCL kernels built for the Mali profile run on a real OpenCL implementation (pocl) and compute the right thing.
+"""OpenCL kernels built for the Mali and generic mobile-GPU profiles run on a real OpenCL implementation (pocl).
 
-The device code is the ``rk3399-mali`` profile's (its target, with Mali-T860's
-limits); only the host code is built for this machine instead of the board's
-aarch64, so that it can run here and launch the kernels with the geometry it
-computes. Every kernel is compared with the same workload built for the CPU.
+The device code is the bundled profile's (``rk3399-mali``: Mali-T860's limits;
+``opencl``: an Adreno-class GPU); only the host code is built for this machine
+instead of the board's aarch64, so that it can run here and launch the kernels
+with the geometry it computes. Every kernel is compared with the same workload
+built for the CPU.
 """
 
 from __future__ import annotations
@@ -34,12 +35,7 @@ def opencl_device():
 
 @pytest.fixture(scope="module")
 def mali():
-    import tvm
-
-    from edgetune.profile import load_profile
-
-    profile = load_profile("rk3399-mali")
-    return profile, tvm.target.Target(profile.target, host={"kind": "llvm"})
+    return _gpu_profile("rk3399-mali")
 
 
 def _small_cnn():
@@ -54,14 +50,22 @@ def _small_cnn():
     return g.model("small_cnn", "input", 16, g.classifier(x, 32, 10), 10)
 
 
-@pytest.fixture(scope="module")
-def mali_tasks(mali):
+def _gpu_profile(name: str):
+    """The bundled profile, with its host code built for this machine so that it runs here."""
+    import tvm
+
+    from edgetune.profile import load_profile
+
+    profile = load_profile(name)
+    return profile, tvm.target.Target(profile.target, host={"kind": "llvm"})
+
+
+def _tasks(target):
     import tvm.s_tir.meta_schedule as ms
     from tvm.relax.frontend.onnx import from_onnx
 
     from edgetune.tasks import prepare_for_tuning
 
-    _profile, target = mali
     mod = prepare_for_tuning(from_onnx(_small_cnn(), keep_params_in_input=False), target)
     return {task.task_name: task.dispatched[0] for task in ms.relax_integration.extract_tasks(mod, target)}
 
@@ -117,17 +121,19 @@ def _cpu_reference(workload, args):
     return [t.numpy() for t in tensors]
 
 
-def test_tuned_and_untuned_kernels_of_a_small_cnn_match_on_pocl(opencl_device, mali, mali_tasks):
+@pytest.mark.parametrize("profile_name", ["rk3399-mali", "opencl"])
+def test_tuned_and_untuned_kernels_of_a_small_cnn_match_on_pocl(opencl_device, profile_name):
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     from edgetune.measure.opencl_check import DeviceLimits, HostOpenCL, check_device_limits, read_opencl_program
 
-    profile, target = mali
+    profile, target = _gpu_profile(profile_name)
+    limit = int(profile.target["max_threads_per_block"])
     rng = np.random.default_rng(0)
     checked: dict[str, int] = {}
     with HostOpenCL(limits=DeviceLimits.from_target(tvm.target.Target(profile.target))) as device:
-        for name, workload in mali_tasks.items():
+        for name, workload in _tasks(target).items():
             kind = _kind(workload)
             if kind == "other":
                 continue
@@ -142,7 +148,7 @@ def test_tuned_and_untuned_kernels_of_a_small_cnn_match_on_pocl(opencl_device, m
                 outputs = device.run(built, args, scheduled=scheduled)
                 assert {launch.name for launch in device.launches[launched:]} == set(kernels), name
                 for launch in device.launches[launched:]:
-                    assert int(np.prod(launch.local_size)) <= 256, (name, launch)  # Mali-T860's work-group limit
+                    assert int(np.prod(launch.local_size)) <= limit, (name, launch)  # the profile's work-group limit
                 np.testing.assert_allclose(outputs[-1], reference[-1], rtol=1e-4, atol=1e-4, err_msg=f"{name} ({kind})")
                 checked[kind] = checked.get(kind, 0) + 1
     assert set(checked) == {"conv2d", "depthwise conv2d", "dense", "pooling"}, checked

@@ -140,7 +140,10 @@ def test_gpu_profile_on_a_runtime_without_opencl_is_refused_before_the_server_st
         '[host_target]\nkind = "llvm"\n[rpc]\ndevice = "opencl"\n[device]\narch = "x86_64"\n'
     )
     site = Site(tmp_path).trust(loopback_sshd).add("gpu", loopback_sshd, profile=str(profile))
-    result = site.cli("provision", "gpu")
+    try:
+        result = site.cli("provision", "gpu")
+    finally:
+        site.teardown()  # the host tracker was started before the runtime check
     assert_one_error(result, 3, "board gpu", "no opencl support", "tvm.runtime.enabled('opencl') is False",
                      "USE_OPENCL=ON", "preinstalled")
     assert "runtime: TVM" in result.stdout  # the runtime was installed and probed

@@ -18,19 +18,21 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 
 install-test: $(BIN)/python system-deps
-	$(BIN)/python -m pip install --quiet -e ".[test,postgres,torch,meta,opencl]"
+	$(BIN)/python -m pip install --quiet -e ".[test,postgres,torch,meta,opencl,runtime-build]"
 
 # Debian packages the tests use: a host C++ compiler (links candidates), the
-# aarch64 cross toolchain (cross-compiled artifacts are checked), the
+# aarch64 and armhf cross toolchains (cross-compiled artifacts are checked; the
+# armhf one also builds the emulated armv7 board's runtime), the
 # PostgreSQL server (the history tests start their own throwaway cluster), and
 # for the provisioning tests: an OpenSSH server and client (test boards), ip
 # (network namespaces), debootstrap + qemu-user-static + binfmt-support (the
-# emulated arm64 board), chromium (a headless browser opens the run report), and pocl (an
+# emulated arm64 and armv7 boards), chromium (a headless browser opens the run report), and pocl (an
 # OpenCL device on the CPU that runs the kernels built for the Mali and Adreno profiles).
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	command -v aarch64-linux-gnu-g++ >/dev/null || missing="$$missing g++-aarch64-linux-gnu"; \
+	command -v arm-linux-gnueabihf-g++ >/dev/null || missing="$$missing g++-arm-linux-gnueabihf"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	test -x /usr/sbin/sshd || missing="$$missing openssh-server"; \
 	command -v ssh >/dev/null || missing="$$missing openssh-client"; \

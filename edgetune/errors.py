@@ -133,3 +133,9 @@ class OpenCLUnavailableError(EdgetuneError, RuntimeError):
     """No OpenCL implementation on this host to run generated kernels on (pyopencl, an ICD such as pocl)."""
 
     exit_code = 3
+
+
+class RuntimeBuildError(EdgetuneError, RuntimeError):
+    """A board runtime could not be (fully) built on the host: a tool or a source file is missing."""
+
+    exit_code = 3

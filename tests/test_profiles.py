@@ -60,7 +60,8 @@ def cli(*argv: str) -> int:
 
 
 def test_bundled_set_is_complete() -> None:
-    expected = {"rk3399", "rk3399-mali", "opencl", "rpi3", "rpi4", "rpi5", "jetson-orin", "x86-64", "cuda", "host"}
+    expected = {"rk3399", "rk3399-mali", "opencl", "rpi3", "rpi4", "rpi5", "rpi3-32", "rpi4-32", "jetson-orin",
+                "x86-64", "cuda", "host"}
     assert expected <= set(BUNDLED)
     assert [p.name for p in list_profiles()] == BUNDLED
 
@@ -430,6 +431,18 @@ def test_llvm_options_tvm_only_warns_about_are_rejected(tmp_path: Path, option: 
     load_profile(str(path)).tvm_target()  # TVM itself accepts it...
     with pytest.raises(TargetError, match=re.escape(expected)):
         validate_profile_file(path)  # ...but it would silently build generic code
+
+
+def test_arm32_hard_float_triple_needs_hard_float_abi(tmp_path: Path) -> None:
+    """TVM does not take the float ABI from the triple; a soft-float object would not link with gnueabihf."""
+    arm32 = 'name = "board"\n[target]\nkind = "llvm"\nmtriple = "armv7l-linux-gnueabihf"\nmcpu = "cortex-a72"\n'
+    with pytest.raises(TargetError, match=re.escape('target.mfloat-abi must be "hard", got nothing instead')):
+        validate_profile_file(write(tmp_path, arm32, stem="soft"))
+    validate_profile_file(write(tmp_path, arm32 + 'mfloat-abi = "hard"\n', stem="hard"))
+    for name in ("rpi3-32", "rpi4-32"):
+        profile = load_profile(name)
+        assert profile.device.arch == "armv7l" and profile.target["mfloat-abi"] == "hard"
+        assert profile.build.cross_compiler == "arm-linux-gnueabihf-g++"
 
 
 def test_debian_package_for() -> None:

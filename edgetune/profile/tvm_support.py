@@ -61,6 +61,14 @@ def _check_llvm_options(profile: DeviceProfile, target: tvm.target.Target, role:
 
     llvm = f"LLVM {codegen.llvm_version_major()}"
     triple = str(target.attrs["mtriple"]) if "mtriple" in target.attrs else codegen.llvm_get_system_triple()
+    float_abi = str(target.attrs["mfloat-abi"]) if "mfloat-abi" in target.attrs else ""
+    if _is_arm32_hard_float(triple) and float_abi != "hard":
+        # TVM does not derive the float ABI from the triple: its objects pass floats in
+        # integer registers, and a gnueabihf linker refuses to mix them with the C library's.
+        raise TargetError(
+            f"profile '{profile.name}': {role} mtriple '{triple}' is a hard-float ABI, so {role}.mfloat-abi "
+            f"must be \"hard\", got {float_abi or 'nothing'} instead (TVM would emit soft-float calls)"
+        )
     if "mcpu" in target.attrs:
         mcpu = str(target.attrs["mcpu"])
         if not codegen.llvm_is_valid_cpu(mcpu, triple):
@@ -107,3 +115,9 @@ def check_buildable(profile: DeviceProfile) -> None:
         raise TargetError(
             f"profile '{profile.name}': cross compiler '{compiler}' (build.cross_compiler) is not on PATH; {hint}"
         )
+
+
+def _is_arm32_hard_float(triple: str) -> bool:
+    """A 32-bit ARM triple whose environment is hard-float (``armv7l-linux-gnueabihf``)."""
+    arch, _, rest = triple.partition("-")
+    return arch.startswith(("arm", "thumb")) and not arch.startswith("arm64") and rest.endswith("hf")

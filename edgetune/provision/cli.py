@@ -80,6 +80,53 @@ def add_provision_parsers(sub: Any) -> None:
     teardown.add_argument("--tracker", action="store_true", help="also stop the host tracker")
     add_inventory_argument(teardown)
     teardown.set_defaults(func=run_teardown)
+    add_runtime_parser(sub)
+
+
+RUNTIME_EPILOG = """\
+examples:
+  edgetune runtime build --arch armv7l --out rt-armv7l
+      cross-compile, on this host, what a 32-bit Raspberry Pi OS board needs and the
+      registries' sources allow; say precisely what they lack
+
+Needs the board's Debian cross toolchain (apt-get install g++-arm-linux-gnueabihf)
+and cmake >= 3.26 with ninja (pip install "edgetune[runtime-build]"). Sources
+are downloaded once into ~/.cache/edgetune/runtime-build. Exit 0 when the whole
+runtime was built, 3 when a part could not be (the message names the missing files).
+"""
+
+
+def add_runtime_parser(sub: Any) -> None:
+    """``edgetune runtime build``: a board runtime for boards without a TVM wheel."""
+    runtime = sub.add_parser("runtime", help="build a TVM runtime for boards without a wheel (32-bit armv7)")
+    runtime_sub = runtime.add_subparsers(dest="runtime_command", metavar="ACTION")
+    runtime_sub.required = True
+    build = runtime_sub.add_parser(
+        "build", help="cross-compile a board runtime on this host from registry sources",
+        description="Cross-compile a board runtime from the sources the package registries ship: libtvm_ffi "
+        "from the apache-tvm-ffi sdist of the installed version, and libtvm_runtime when the installed apache-tvm "
+        "wheel's runtime sources are complete (they are not in 0.27: the missing files are listed).",
+        epilog=RUNTIME_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    build.add_argument("--arch", required=True, help="the board's uname -m: armv7l (or aarch64)")
+    build.add_argument("--out", required=True, metavar="DIR", help="where lib/, include/ and runtime-build.json go")
+    build.add_argument("--cache", metavar="DIR", help="download and build cache (default ~/.cache/edgetune/runtime-build)")
+    build.set_defaults(func=run_runtime_build)
+
+
+def run_runtime_build(args: argparse.Namespace) -> int:
+    from ..errors import RuntimeBuildError
+    from .source_build import SOURCE_DOC, build_runtime
+
+    result = build_runtime(args.arch, args.out, cache=args.cache, log=_log)
+    print(f"built {result.ffi_library} (tvm-ffi {result.ffi_version} for {result.arch})")
+    if result.complete:
+        return 0
+    raise RuntimeBuildError(
+        f"libtvm_runtime (RPC server, Relax VM) cannot be built from registry sources: the apache-tvm "
+        f"{result.tvm_version} wheel ships its runtime sources without {len(result.missing_sources)} files they "
+        f"need ({', '.join(result.missing_sources)}); build it from a TVM source tree, see {SOURCE_DOC}"
+    )
 
 
 def _log(message: str) -> None:

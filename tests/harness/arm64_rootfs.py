@@ -1,8 +1,9 @@
-"""Build (once) Debian root filesystems for test boards: arm64 under qemu-user, and a minimal amd64 one.
+"""Build (once) Debian root filesystems for test boards: arm64 and armhf under qemu-user, and a minimal amd64 one.
 
-The rootfs is the "emulated arm64 board" of the provisioning tests: an sshd
+The arm64 rootfs is the "emulated arm64 board" of the provisioning tests: an sshd
 chroots into it, so every command the provisioner runs there is real aarch64
-code executed by ``qemu-aarch64-static`` through binfmt_misc.
+code executed by ``qemu-aarch64-static`` through binfmt_misc. The armhf one is
+the emulated 32-bit Raspberry Pi OS board (``uname -m`` = armv7l under ``qemu-arm-static``).
 
 It is cached under ``/var/cache/edgetune-test/`` (``EDGETUNE_TEST_CACHE``
 overrides) in a directory named by a hash of the recipe, so a second run costs
@@ -48,27 +49,33 @@ def missing_components() -> list[str]:
     if os.geteuid() != 0:
         missing.append("root (debootstrap, chroot, mounts)")
     for tool, package in (("debootstrap", "debootstrap"), ("qemu-aarch64-static", "qemu-user-static"),
+                          ("qemu-arm-static", "qemu-user-static"),
                           ("dpkg-deb", "dpkg"), ("unshare", "util-linux")):
         if shutil.which(tool) is None:
             missing.append(f"{tool} (Debian package {package})")
     return missing
 
 
-def ensure_binfmt() -> None:
-    """Make sure aarch64 ELF files run through qemu (mount binfmt_misc, enable the entry)."""
+#: Debian architecture -> (qemu binfmt entry, ``uname -m`` inside the rootfs)
+EMULATED = {"arm64": ("qemu-aarch64", "aarch64"), "armhf": ("qemu-arm", "armv7l")}
+
+
+def ensure_binfmt(arch: str = "arm64") -> None:
+    """Make sure the architecture's ELF files run through qemu (mount binfmt_misc, enable the entry)."""
+    name = EMULATED[arch][0]
     if not (BINFMT / "register").exists():
         subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], check=False)
-    entry = BINFMT / "qemu-aarch64"
+    entry = BINFMT / name
     if not entry.exists() or "enabled" not in entry.read_text():
         if shutil.which("update-binfmts"):
-            subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], check=False, capture_output=True)
+            subprocess.run(["update-binfmts", "--enable", name], check=False, capture_output=True)
     if not entry.exists() or "enabled" not in entry.read_text():
         raise RuntimeError(
-            "binfmt_misc has no enabled qemu-aarch64 entry; run: "
-            "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc && update-binfmts --enable qemu-aarch64"
+            f"binfmt_misc has no enabled {name} entry; run: "
+            f"mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc && update-binfmts --enable {name}"
         )
     if "F" not in entry.read_text().split("flags:", 1)[-1].splitlines()[0]:
-        raise RuntimeError("the qemu-aarch64 binfmt entry lacks the F flag (needed inside a chroot)")
+        raise RuntimeError(f"the {name} binfmt entry lacks the F flag (needed inside a chroot)")
 
 
 def build_rootfs(log=print, arch: str = "arm64", include: tuple[str, ...] = INCLUDE) -> Path:
@@ -77,8 +84,8 @@ def build_rootfs(log=print, arch: str = "arm64", include: tuple[str, ...] = INCL
     ``arch="amd64", include=()`` gives a native minimal Debian without python3:
     the "board without python3" of the failure tests.
     """
-    if arch == "arm64":
-        ensure_binfmt()
+    if arch in EMULATED:
+        ensure_binfmt(arch)
     target = rootfs_path(arch, include)
     done = target.parent / "complete"
     if done.exists():
@@ -111,7 +118,7 @@ def build_rootfs(log=print, arch: str = "arm64", include: tuple[str, ...] = INCL
     (staging / "tmp").chmod(0o1777)
     # sshd's ChrootDirectory wants every path component root-owned and not writable by others
     os.chmod(staging, 0o755)
-    expected = {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
+    expected = {"amd64": "x86_64", **{a: machine for a, (_, machine) in EMULATED.items()}}.get(arch, arch)
     check = subprocess.run(["chroot", str(staging), "/bin/sh", "-c", "uname -m"], capture_output=True, text=True)
     if check.returncode != 0 or check.stdout.strip() != expected:
         raise RuntimeError(f"the {arch} rootfs does not run /bin/sh: {check.stderr.strip() or check.stdout.strip()}")
@@ -132,3 +139,4 @@ if __name__ == "__main__":
         sys.exit("missing: " + ", ".join(missing))
     print(build_rootfs())
     print(build_rootfs(arch="amd64", include=()))
+    print(build_rootfs(arch="armhf", include=()))

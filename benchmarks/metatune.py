@@ -57,13 +57,18 @@ class BestCurve(ms.measure_callback.PyMeasureCallback):
             self.curve.append(best)
 
 
-def tune_one(task: tuple[str, Any, int], model: str, seed: int, budget: int, board: Any, work: Path) -> list[float]:
-    """One run: ``budget`` measurements of ``task`` with cost model ``model``; the best-so-far curve."""
+def tune_one(task: tuple[str, Any, int], model: str, seed: int, budget: int, board: Any, work: Path, *,
+             target: dict[str, Any] | None = BENCH_TARGET, model_file: str = "") -> list[float]:
+    """One run: ``budget`` measurements of ``task`` with cost model ``model``; the best-so-far curve.
+
+    ``target`` None keeps the host profile's own (this CPU's ``mcpu``); ``model_file``
+    is ``tuning.cost_model_file`` for ``meta`` (empty: the shipped model).
+    """
     from edgetune.tuning import Components, TuneOptions, run_tune
 
-    profile = bench_profile("host", target=BENCH_TARGET, tuning={
+    profile = bench_profile("host", target=target, tuning={
         **AS_BEFORE, "cost_model": model, "seed": seed, "early_stop": "none", "minor_task_share": 0.0,
-        "num_trials_per_iter": 8, "sampler": "none",
+        "num_trials_per_iter": 8, "sampler": "none", **({"cost_model_file": model_file} if model_file else {}),
     })
     curve = BestCurve()
     options = TuneOptions(profile=profile, model=None, out_dir=work, db=str(work / "history.db"), trials=budget,

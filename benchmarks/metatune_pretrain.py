@@ -27,14 +27,19 @@ from benchmarks._pipeline import BENCH_TARGET, bench_profile  # noqa: E402
 SHIPPED = Path(__file__).resolve().parent.parent / "edgetune" / "costmodel" / "data" / "metatune.npz"
 
 
-def tune_corpus(db: Path, trials_per_task: int, seed: int, only: list[str] | None = None) -> float:
-    """Tune every corpus task (or those named in ``only``) up to ``trials_per_task`` records into ``db``; seconds taken."""
+def tune_corpus(db: Path, trials_per_task: int, seed: int, only: list[str] | None = None, *,
+                target: dict | None = BENCH_TARGET, threads: int | None = None) -> float:
+    """Tune every corpus task (or those named in ``only``) up to ``trials_per_task`` records into ``db``; seconds taken.
+
+    ``target`` and ``threads`` (the board's runtime threads; None: the host profile's) say what the corpus is of.
+    """
     from edgetune.tuning import Components, TuneOptions, run_tune
 
     # a per-task cap, and no minor-task cap (it would give the small dense/1x1/depthwise tasks 2 trials):
     # MetaSchedule's gradient scheduler would otherwise spend the budget on the big tasks
-    profile = bench_profile("host", target=BENCH_TARGET, tuning={
-        "early_stop": "none", "seed": seed, "max_trials_per_task": trials_per_task, "minor_task_share": 0.0})
+    device = {"device": {"num_threads": threads}} if threads else {}
+    profile = bench_profile("host", target=target, tuning={
+        "early_stop": "none", "seed": seed, "max_trials_per_task": trials_per_task, "minor_task_share": 0.0}, **device)
     tasks = [task for task in corpus_tasks() if not only or task[0] in only]
     options = TuneOptions(
         profile=profile, model=None, out_dir=db.parent / "corpus-run", db=str(db),

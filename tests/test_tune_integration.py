@@ -83,7 +83,13 @@ def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path, loopback_board):
     db = out / "history.db"
     command = ["tune", "--profile", "host", "--model", "demo:tiny-cnn", "--out", str(out), "--no-evaluate", *board_args(loopback_board)]
     script = Path(sys.executable).parent / "edgetune"
-    proc = subprocess.Popen([str(script), *command, "--trials", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # started with SIGINT blocked, as a parent may leave it (the mask is inherited; in CI a
+    # blocked SIGINT once made this run ignore Ctrl-C and finish): the run must still stop
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc = subprocess.Popen([str(script), *command, "--trials", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     deadline, seen = time.monotonic() + 240, 0
     while time.monotonic() < deadline and proc.poll() is None:
         if db.exists():
@@ -95,9 +101,10 @@ def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path, loopback_board):
                 pass
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()[1][-2000:]
+    masks = " ".join(line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if line.startswith("Sig"))
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 130, f"SIGINT sent with {seen} records kept; stdout:\n{stdout[-1500:]}\nstderr:\n{stderr[-2000:]}"
+    assert proc.returncode == 130, f"SIGINT sent with {seen} records kept ({masks}); stdout:\n{stdout[-1500:]}\nstderr:\n{stderr[-2000:]}"
     assert "interrupted" in stderr and "resume" in stderr and "Traceback" not in stderr
     kept, distinct, _ok_kept = record_counts(db)
     assert kept >= 3 and kept == distinct

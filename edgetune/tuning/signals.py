@@ -47,8 +47,14 @@ def stop_on_signals(stop: StopSignal) -> Iterator[None]:
 
     for signum in handled:
         signal.signal(signum, handler)
+    # A blocked signal is never delivered, handler or not, and the mask is inherited: a
+    # parent that had SIGINT blocked when it started us (it happened under pytest) would
+    # make Ctrl-C and kill do nothing until the run ended on its own.
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, handled) if hasattr(signal, "pthread_sigmask") else set()
     try:
         yield
     finally:
+        if blocked & set(handled):
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked & set(handled))
         for signum, old in previous.items():
             signal.signal(signum, old)

@@ -83,8 +83,8 @@ def test_ctrl_c_keeps_measurements_and_rerun_resumes(tmp_path, loopback_board):
     db = out / "history.db"
     command = ["tune", "--profile", "host", "--model", "demo:tiny-cnn", "--out", str(out), "--no-evaluate", *board_args(loopback_board)]
     script = Path(sys.executable).parent / "edgetune"
-    # started with SIGINT blocked, as a parent may leave it (the mask is inherited; in CI a
-    # blocked SIGINT once made this run ignore Ctrl-C and finish): the run must still stop
+    # started with SIGINT blocked, as a parent may leave it (the mask is inherited, and a run
+    # started that way used to ignore Ctrl-C and finish): the run must still stop
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         proc = subprocess.Popen([str(script), *command, "--trials", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -48,7 +48,7 @@ def stop_on_signals(stop: StopSignal) -> Iterator[None]:
     for signum in handled:
         signal.signal(signum, handler)
     # A blocked signal is never delivered, handler or not, and the mask is inherited: a
-    # parent that had SIGINT blocked when it started us (it happened under pytest) would
+    # parent that had SIGINT blocked when it started us would
     # make Ctrl-C and kill do nothing until the run ended on its own.
     blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, handled) if hasattr(signal, "pthread_sigmask") else set()
     try:

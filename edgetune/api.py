@@ -198,10 +198,12 @@ def tune(
     sink = _progress_sink(progress)
     if obj is not None:
         options.model = str(_save_model(obj, Path(options.out_dir) / label))
+    from .common.interrupts import forward_sigint_to_main_thread
     from .errors import TuningInterrupted
 
     try:
-        with sink as shown:
+        # before the progress display's thread starts: threads inherit the blocked SIGINT
+        with forward_sigint_to_main_thread(), sink as shown:
             summary = run_tune(options, sink=shown)
     except TuningInterrupted:
         if report:

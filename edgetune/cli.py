@@ -153,6 +153,14 @@ def _add_other_parsers(sub: Any) -> None:
 
 
 def _run_tune(args: argparse.Namespace) -> int:
+    from .common.interrupts import forward_sigint_to_main_thread
+
+    # first, while this is the only thread: every thread started after it inherits the blocked SIGINT
+    with forward_sigint_to_main_thread():  # Ctrl-C arrives even while TVM's Z3 holds SIGINT's handler
+        return _tune_with_progress(args)
+
+
+def _tune_with_progress(args: argparse.Namespace) -> int:
     from .api import PROFILE_FLAGS, tune_options
     from .progress import RichProgress
     from .tuning import run_tune

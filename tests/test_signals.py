@@ -41,3 +41,66 @@ def test_a_signal_blocked_by_the_parent_still_stops_the_run() -> None:
         assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+# A child Python that installs, as TVM's Z3 does around each proof, a native SIGINT
+# handler that swallows the signal (here libc's getpid: called with the signal
+# number, it does nothing), then waits in a blocking call for a Ctrl-C.
+_SWALLOWED_CTRL_C = """
+import contextlib, ctypes, signal, sys, threading, time
+from edgetune.common.interrupts import forward_sigint_to_main_thread
+
+libc = ctypes.CDLL(None)
+libc.signal.restype = ctypes.c_void_p
+libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+forwarded = sys.argv[1] == "forwarded"
+started = time.monotonic()
+try:
+    with forward_sigint_to_main_thread() if forwarded else contextlib.nullcontext():
+        libc.signal(signal.SIGINT, ctypes.cast(libc.getpid, ctypes.c_void_p).value)
+        print("ready", flush=True)
+        threading.Event().wait(float(sys.argv[2]))  # a lock wait: only a signal cuts it short
+        print("not interrupted", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - started:.1f} s", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode, wait_sec", [("forwarded", 60.0), ("control", 2.0)])
+def test_ctrl_c_reaches_python_even_when_native_code_swallows_sigint(mode: str, wait_sec: float) -> None:
+    """Z3 (linked into TVM) replaces SIGINT's handler during each proof; the CLI's forwarding thread must not care.
+
+    The control shows the failure it prevents: without forwarding, the same Ctrl-C is lost.
+    """
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SWALLOWED_CTRL_C, mode, str(wait_sec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline().strip() == "ready", child.stderr.read()
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=wait_sec + 30)
+    if mode == "forwarded":
+        assert out.startswith("interrupted"), (out, err)
+        assert time.monotonic() - sent < 10, "the Ctrl-C waited for the blocking call to end"
+    else:
+        assert out.strip() == "not interrupted", (out, err)
+
+
+def test_forwarding_keeps_sigint_blocked_for_the_tuning_loop_and_restores_the_mask() -> None:
+    """Inside the CLI's forwarding, stop_on_signals must not unblock SIGINT (that would hand it back to Z3's race)."""
+    from edgetune.common.interrupts import forward_sigint_to_main_thread, sigint_is_forwarded
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with forward_sigint_to_main_thread():
+        assert sigint_is_forwarded()
+        stop = StopSignal()
+        with stop_on_signals(stop):
+            assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+            os.kill(os.getpid(), signal.SIGINT)  # taken by the forwarding thread, handled in this one
+            assert _wait_for(stop.event)
+            assert stop.signum == signal.SIGINT
+    assert not sigint_is_forwarded()
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before

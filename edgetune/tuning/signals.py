@@ -7,6 +7,8 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from ..common.interrupts import sigint_is_forwarded
+
 
 class StopSignal:
     """Which signal asked the run to stop (SIGINT from Ctrl-C, SIGTERM from ``kill``)."""
@@ -49,12 +51,14 @@ def stop_on_signals(stop: StopSignal) -> Iterator[None]:
         signal.signal(signum, handler)
     # A blocked signal is never delivered, handler or not, and the mask is inherited: a
     # parent that had SIGINT blocked when it started us would
-    # make Ctrl-C and kill do nothing until the run ended on its own.
-    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, handled) if hasattr(signal, "pthread_sigmask") else set()
+    # make Ctrl-C and kill do nothing until the run ended on its own. A SIGINT taken by
+    # common.interrupts' thread (the CLI's) is blocked on purpose and reaches this handler from there.
+    unblock = {signum for signum in handled if not (signum == signal.SIGINT and sigint_is_forwarded())}
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, unblock) if hasattr(signal, "pthread_sigmask") else set()
     try:
         yield
     finally:
-        if blocked & set(handled):
-            signal.pthread_sigmask(signal.SIG_BLOCK, blocked & set(handled))
+        if blocked & unblock:
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked & unblock)
         for signum, old in previous.items():
             signal.signal(signum, old)

@@ -1,0 +1,91 @@
+"""Ctrl-C that always arrives: SIGINT taken by one thread with ``sigwait``, handed to the main thread.
+
+TVM 0.27's wheels link the Z3 solver, and TVM leaves Z3's ``ctrl_c`` option on:
+around every proof that reaches Z3 (``Analyzer.can_prove`` from schedule
+primitives such as ``split``), Z3 installs its own SIGINT handler, which
+cancels the proof and swallows the signal. MetaSchedule's search runs those
+proofs on several threads at once (measured on the demo CNN: Z3's handler was
+in place about 1 % of a whole run, about 5 % of the first search round right
+after the default schedules are measured; a thread preempted inside a proof
+keeps it installed, so a loaded CPU can only make it worse), so a Ctrl-C could do nothing and
+the run went on to its end. No handler can win that race, since Z3 replaces
+whatever handler is installed. A *blocked* signal is not handled at all,
+though: ``sigwait`` takes it whatever the handler is. So SIGINT is blocked in
+the main thread (and so in every thread started after it: the mask is
+inherited), one thread waits for it, and forwards it to the main thread's
+Python handler with ``_thread.interrupt_main``; Python's own handler
+(``KeyboardInterrupt``) or the tuning loop's (``tuning.signals``) then runs
+exactly as it would have.
+
+Used around ``edgetune tune`` and ``edgetune.tune()``. Child processes started
+meanwhile inherit the blocked SIGINT: a terminal's Ctrl-C no longer kills
+build workers or compilers mid-batch (the batch in flight finishes, as the
+first Ctrl-C asks); edgetune stops its children itself (SIGTERM, see
+``common.process``).
+"""
+
+from __future__ import annotations
+
+import _thread
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+#: a signal with a do-nothing handler, sent to the main thread to cut short a
+#: blocking wait (a lock, ``sleep``) so that the forwarded Ctrl-C runs at once;
+#: its default action is to ignore it, so a stray one is harmless
+_WAKE = getattr(signal, "SIGURG", None)
+
+_active = threading.Event()
+
+
+def sigint_is_forwarded() -> bool:
+    """Whether SIGINT is taken by the forwarding thread (then it stays blocked in every other thread)."""
+    return _active.is_set()
+
+
+@contextmanager
+def forward_sigint_to_main_thread() -> Iterator[None]:
+    """Deliver every Ctrl-C to the main thread's Python handler, whatever native code did to SIGINT's handler.
+
+    Enter it in the main thread before other threads start (they inherit the
+    blocked mask). Elsewhere, or without ``sigwait``, it does nothing.
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or _active.is_set()
+        or not hasattr(signal, "sigwait")
+        or _WAKE is None
+    ):
+        yield
+        return
+    previous_wake = signal.signal(_WAKE, _do_nothing)
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    closing = threading.Event()
+    main_thread = threading.main_thread().ident
+
+    def forward() -> None:
+        while True:
+            signal.sigwait({signal.SIGINT})
+            if closing.is_set():
+                return
+            _thread.interrupt_main(signal.SIGINT)  # runs the handler the main thread has for SIGINT
+            signal.pthread_kill(main_thread, _WAKE)
+
+    forwarder = threading.Thread(target=forward, name="edgetune-sigint", daemon=True)
+    forwarder.start()  # inherits the blocked SIGINT, as sigwait needs
+    _active.set()
+    try:
+        yield
+    finally:
+        _active.clear()
+        closing.set()
+        signal.pthread_kill(forwarder.ident, signal.SIGINT)  # ends its sigwait
+        forwarder.join(timeout=5)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        signal.signal(_WAKE, previous_wake)
+
+
+def _do_nothing(signum: int, frame: object) -> None:
+    """The wake-up signal's handler: its only job was to interrupt a blocking call."""

@@ -109,8 +109,10 @@ def ffi_source(cache: Path, log: Callable[[str], None]) -> Path:
         return tree
     cache.mkdir(parents=True, exist_ok=True)
     log(f"downloading the apache-tvm-ffi {version} source distribution")
+    # only this package from source: with ":all:" pip also builds the sdist's build
+    # requirements from source to read its metadata (CMake itself: half an hour on 2 cores)
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "apache-tvm-ffi",
          "--dest", str(cache), f"apache-tvm-ffi=={version}"],
         capture_output=True, text=True,
     )

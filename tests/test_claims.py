@@ -71,3 +71,33 @@ def test_a_stopped_waiter_skips_and_a_bounded_wait_measures(tmp_path):
             claims.close()
         for db in stores:
             db.close()
+
+
+def test_runs_holding_claims_never_wait_for_each_other(tmp_path):
+    """Two runs that each claimed part of the other's batch: each skips the other's, neither blocks.
+
+    Before, each waited wait_sec (900 s by default) for the other's record, which the
+    other could only write after its own wait ended; CI timed out on it.
+    """
+    stores, (first, second) = _pair(tmp_path, wait_sec=30)
+    try:
+        mine, theirs = _schedule(2).mod, _schedule(4).mod
+        assert first.claim(mine) and second.claim(theirs)
+        results: list = []
+        waiters = [
+            threading.Thread(target=lambda: results.append(first.wait(theirs))),
+            threading.Thread(target=lambda: results.append(second.wait(mine))),
+        ]
+        for waiter in waiters:
+            waiter.start()
+        for waiter in waiters:
+            waiter.join(5)
+        assert not any(waiter.is_alive() for waiter in waiters), "a run holding claims waited for another"
+        assert [outcome for outcome, _ in results] == ["skip", "skip"]
+        assert all(is_claimed_elsewhere(error) for _, error in results)
+        assert (first.held, second.held) == (1, 1)  # their own claims stay theirs to measure
+    finally:
+        for claims in (first, second):
+            claims.close()
+        for db in stores:
+            db.close()

@@ -64,7 +64,7 @@ class RecordAndReport(PyMeasureCallback):
         task = self.progress.tasks[task_id]
         workload = self.history.commit_workload(ctx.mod)
         measured_on = getattr(self.runner, "measured_on", {})
-        missing = 0
+        missing = unavailable = 0
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             error = built.error_msg or ran.error_msg
             artifact = built.artifact_path
@@ -73,6 +73,7 @@ class RecordAndReport(PyMeasureCallback):
                 task.unmeasured += 1
                 missing += 1
                 if is_board_unavailable(error):
+                    unavailable += 1
                     self.stop_reason = str(error)
                 if self.claims is not None:
                     self.claims.release(candidate.sch.mod)
@@ -103,7 +104,7 @@ class RecordAndReport(PyMeasureCallback):
             self._drop_artifact(artifact)
         self.progress.record_batch(task)
         self.sink.on_batch(self.progress, task)
-        if missing and missing == len(runner_results):
+        if unavailable and missing == len(runner_results):
             # no board answered for a whole batch: stop with the resume hint rather than
             # spend the budget on candidates nobody measures
             self.stop.set()

@@ -83,7 +83,8 @@ class CandidateClaims:
 
         Serve: another process's record holds the result (added to the cache).
         Build: the claim is this run's now (expired or released without a record),
-        or its owner kept it past ``wait_sec``. Skip: this run was stopped meanwhile.
+        or its owner kept it past ``wait_sec``. Skip: this run was stopped meanwhile, or
+        holds claims of its own (then it never waits; the search may propose it again).
         """
         key = CandidateCache.key(mod)
         deadline = time.monotonic() + self.wait_sec
@@ -105,7 +106,10 @@ class CandidateClaims:
                 )
                 if self._won(key, claim):
                     return "build", None
-            if self.stop.is_set():
+            if self.stop.is_set() or self.held:
+                # Holding claims of our own, we must not wait: the owner may be waiting for one of
+                # ours (two runs that each claimed part of the other's batch waited wait_sec for
+                # each other). A run that waits holds nothing, so no wait closes a cycle.
                 return "skip", f"{CLAIMED_ELSEWHERE} (run {claim.owner.run[:8]} on {claim.owner.host})"
             if time.monotonic() > deadline:
                 with self._lock:

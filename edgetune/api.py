@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .common.choices import COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, SAMPLERS, TASK_SCHEDULERS, TRANSFERS, WARM_START_MODES
-from .errors import DeployInputError, ModelError, OptionError, ProfileError
+from .common.interrupts import forward_sigint_to_main_thread
+from .errors import DeployInputError, ModelError, OptionError, ProfileError, TuningInterrupted
 
 if TYPE_CHECKING:
     from .deploy.workflow import DeployResult
@@ -198,12 +199,8 @@ def tune(
     sink = _progress_sink(progress)
     if obj is not None:
         options.model = str(_save_model(obj, Path(options.out_dir) / label))
-    from .common.interrupts import forward_sigint_to_main_thread
-    from .errors import TuningInterrupted
-
     try:
-        # before the progress display's thread starts: threads inherit the blocked SIGINT
-        with forward_sigint_to_main_thread(), sink as shown:
+        with forward_sigint_to_main_thread(), sink as shown:  # first: the display's thread inherits its mask
             summary = run_tune(options, sink=shown)
     except TuningInterrupted:
         if report:

@@ -80,6 +80,32 @@ def corpus_tasks() -> list[tuple[str, Any, int]]:
         ("dense_1x256to128", dense(1, 256, 128), 1),
         ("matmul_64x64x64", dense(64, 64, 64, relu=False), 1),
         ("bmm_4x32x32x32", batch_matmul(4, 32, 32, 32), 1),
+        *extended_corpus_tasks(),
+    ]
+
+
+def extended_corpus_tasks() -> list[tuple[str, Any, int]]:
+    """More of the layer kinds real CNNs and transformer blocks have (strided, stem, expand/project, wider
+    depthwise, other matmul shapes), still small, none of them a held-out shape. The first shipped model had
+    only the eight tasks above; with 298 records its first-batch ranking of held-out tasks was worse than random.
+    """
+    return [
+        ("conv3x3_s2_16x16_16to32", conv2d(1, 16, 16, 32, 3, stride=2), 1),
+        ("conv3x3_12x12_24to48", conv2d(1, 12, 24, 48, 3), 1),
+        ("conv7x7_s2_32x32_3to16", conv2d(1, 32, 3, 16, 7, stride=2), 1),
+        ("conv5x5_8x8_8to16", conv2d(1, 8, 8, 16, 5), 1),
+        ("conv1x1_8x8_64to32", conv2d(1, 8, 64, 32, 1), 1),
+        ("conv1x1_20x20_16to64", conv2d(1, 20, 16, 64, 1), 1),
+        ("conv1x1_20x20_64to16_linear", conv2d(1, 20, 64, 16, 1, relu=False), 1),
+        ("dwconv3x3_s2_16x16_32", conv2d(1, 16, 32, 32, 3, stride=2, depthwise=True), 1),
+        ("dwconv3x3_10x10_96", conv2d(1, 10, 96, 96, 3, depthwise=True), 1),
+        ("gconv3x3_12x12_64g8", conv2d(1, 12, 64, 64, 3, groups=8), 1),
+        ("dense_1x512to64", dense(1, 512, 64), 1),
+        ("dense_16x64to128", dense(16, 64, 128), 1),
+        ("matmul_32x96x32", dense(32, 96, 32, relu=False), 1),
+        ("bmm_2x16x64x16", batch_matmul(2, 16, 64, 16), 1),
+        ("bmm_6x48x16x48", batch_matmul(6, 48, 16, 48), 1),
+        ("bmm_12x8x32x8", batch_matmul(12, 8, 32, 8), 1),
     ]
 
 

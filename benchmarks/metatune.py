@@ -113,6 +113,7 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=64, help="measurements per run (default 64)")
+    parser.add_argument("--model-file", default="", help="meta's model file (default: the one edgetune ships)")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
     if "rf" not in args.models:
@@ -126,7 +127,7 @@ def main() -> int:
             for seed in args.seeds:
                 for model in args.models:
                     work = Path(tempfile.mkdtemp(prefix=f"metatune-{model}-{seed}-"))
-                    curve = tune_one(task, model, seed, args.budget, board, work)
+                    curve = tune_one(task, model, seed, args.budget, board, work, model_file=args.model_file)
                     rows.append({"task": task[0], "seed": seed, "model": model, "curve": curve})
                     print(f"{task[0]} seed {seed} {model}: {len(curve)} measured, best "
                           + ", ".join(f"@{n} {at(curve, n) * 1e6:.1f} us" for n in checkpoints)

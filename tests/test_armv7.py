@@ -156,6 +156,9 @@ def test_runtime_build_from_registry_sources(armv7_runtime: Path) -> None:
         assert "include/tvm/support/io.h" in report["missing_sources"]
         error = cli["stderr"].strip()
         assert "\n" not in error and "cannot be built from registry sources" in error and "io.h" in error
+        from tvm import _version  # the tree to build from: the commit the wheel says it was built from
+        commit = _version.__commit_id__.removeprefix("g")
+        assert report["apache_tvm_commit"] == commit and f"at the wheel's commit {commit}," in error
         assert "Traceback" not in cli["stderr"]
     else:
         assert cli["rc"] == 0 and report["missing_sources"] == []

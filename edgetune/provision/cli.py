@@ -125,7 +125,8 @@ def run_runtime_build(args: argparse.Namespace) -> int:
     raise RuntimeBuildError(
         f"libtvm_runtime (RPC server, Relax VM) cannot be built from registry sources: the apache-tvm "
         f"{result.tvm_version} wheel ships its runtime sources without {len(result.missing_sources)} files they "
-        f"need ({', '.join(result.missing_sources)}); build it from a TVM source tree, see {SOURCE_DOC}"
+        f"need ({', '.join(result.missing_sources)}); build it from a TVM source tree"
+        + (f" at the wheel's commit {result.tvm_commit}" if result.tvm_commit else "") + f", see {SOURCE_DOC}"
     )
 
 

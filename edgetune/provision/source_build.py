@@ -55,6 +55,9 @@ class RuntimeBuild:
     ffi_version: str
     ffi_library: Path
     tvm_version: str
+    #: the upstream commit the apache-tvm wheel was built from ("" when the wheel does not say): the
+    #: source tree to build libtvm_runtime from
+    tvm_commit: str = ""
     #: source files the TVM runtime needs that no registry ships (empty: buildable)
     missing_sources: list[str] = field(default_factory=list)
 
@@ -200,6 +203,16 @@ def _upstream_path(including: Path, quote: str, name: str, tvm_dir: Path) -> str
         return name
 
 
+def wheel_commit() -> str:
+    """The upstream TVM commit the installed wheel was built from (its ``_version.__commit_id__``), or ""."""
+    try:
+        from tvm import _version
+    except ImportError:
+        return ""
+    commit = getattr(_version, "__commit_id__", None) or ""
+    return commit[1:] if re.fullmatch(r"g[0-9a-f]{7,40}", commit) else commit
+
+
 def build_runtime(arch: str, out_dir: str | Path, cache: str | Path | None = None,
                   log: Callable[[str], None] = print) -> RuntimeBuild:
     """Build everything of a runtime for ``arch`` that registry sources allow into ``out_dir``.
@@ -218,14 +231,14 @@ def build_runtime(arch: str, out_dir: str | Path, cache: str | Path | None = Non
     ffi_include = Path(tvm_ffi.__file__).parent / "include"
     result = RuntimeBuild(
         arch=arch, out_dir=out, ffi_version=metadata.version("apache-tvm-ffi"), ffi_library=library,
-        tvm_version=tvm.__version__, missing_sources=missing_runtime_sources(tvm_dir, ffi_include),
+        tvm_version=tvm.__version__, tvm_commit=wheel_commit(), missing_sources=missing_runtime_sources(tvm_dir, ffi_include),
     )
     if (tvm_dir / "include" / "tvm" / "runtime").is_dir():  # for code that calls the backend API
         shutil.copytree(tvm_dir / "include" / "tvm" / "runtime", out / "include" / "tvm" / "runtime",
                         dirs_exist_ok=True)
     (out / "runtime-build.json").write_text(json.dumps({
         "arch": arch, "tvm_ffi": result.ffi_version, "libtvm_ffi": str(library.relative_to(out)),
-        "apache_tvm": result.tvm_version, "libtvm_runtime": None if result.missing_sources else "buildable",
+        "apache_tvm": result.tvm_version, "apache_tvm_commit": result.tvm_commit, "libtvm_runtime": None if result.missing_sources else "buildable",
         "missing_sources": result.missing_sources,
     }, indent=2) + "\n")
     return result

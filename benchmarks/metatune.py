@@ -113,11 +113,18 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=64, help="measurements per run (default 64)")
-    parser.add_argument("--model-file", default="", help="meta's model file (default: the one edgetune ships)")
+    parser.add_argument("--model-file", action="append", default=[], metavar="NAME=FILE",
+                        help="also run `meta` from this model file, reported as NAME (repeatable): compares "
+                        "starts, e.g. one meta-trained and one only pre-trained, against the same rf runs")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
     if "rf" not in args.models:
         parser.error("rf is the reference: keep it in --models")
+    variants = dict(spec.split("=", 1) for spec in args.model_file if "=" in spec)
+    if len(variants) != len(args.model_file) or set(variants) & set(MODELS):
+        parser.error(f"--model-file must be NAME=FILE with NAME not one of {', '.join(MODELS)}, "
+                     f"got {args.model_file} instead")
+    models = [*args.models, *variants]
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tasks = [t for t in heldout_tasks() if not args.tasks or t[0] in args.tasks]
     checkpoints = [n for n in CHECKPOINTS if n <= args.budget] or [args.budget]
@@ -125,9 +132,11 @@ def main() -> int:
     with shared_board(bench_profile("host", target=BENCH_TARGET)) as board:
         for task in tasks:
             for seed in args.seeds:
-                for model in args.models:
+                for model in models:
                     work = Path(tempfile.mkdtemp(prefix=f"metatune-{model}-{seed}-"))
-                    curve = tune_one(task, model, seed, args.budget, board, work, model_file=args.model_file)
+                    cost_model = "meta" if model in variants else model
+                    curve = tune_one(task, cost_model, seed, args.budget, board, work,
+                                     model_file=variants.get(model, ""))
                     rows.append({"task": task[0], "seed": seed, "model": model, "curve": curve})
                     print(f"{task[0]} seed {seed} {model}: {len(curve)} measured, best "
                           + ", ".join(f"@{n} {at(curve, n) * 1e6:.1f} us" for n in checkpoints)
@@ -135,7 +144,7 @@ def main() -> int:
     text = ("## MetaTune (issue 14): held-out tasks, best latency vs measurements\n\n"
             f"`python benchmarks/metatune.py {' '.join(sys.argv[1:])}`. Held-out tasks: {', '.join(t[0] for t in tasks)}; seeds {args.seeds}; {args.budget} measurements per run; "
             f"{time.time() - started:.0f} s in all.\n\nBest latency relative to `rf` at the same number of "
-            "measurements (geometric mean over tasks and seeds; < 1 is better):\n\n" + report(rows, args.models, checkpoints))
+            "measurements (geometric mean over tasks and seeds; < 1 is better):\n\n" + report(rows, models, checkpoints))
     print(text)
     if args.write_results:
         write_section(text, MARK)

@@ -28,10 +28,12 @@ SHIPPED = Path(__file__).resolve().parent.parent / "edgetune" / "costmodel" / "d
 
 
 def tune_corpus(db: Path, trials_per_task: int, seed: int, only: list[str] | None = None, *,
-                target: dict | None = BENCH_TARGET, threads: int | None = None) -> float:
+                target: dict | None = BENCH_TARGET, threads: int | None = None, sampler: str = "none") -> float:
     """Tune every corpus task (or those named in ``only``) up to ``trials_per_task`` records into ``db``; seconds taken.
 
     ``target`` and ``threads`` (the board's runtime threads; None: the host profile's) say what the corpus is of.
+    ``sampler`` defaults to "none": the product's K-means sampling measures about a third of what the search
+    proposes, and a corpus wants every trial as a record (with it, 36 trials per task left about 15 records).
     """
     from edgetune.tuning import Components, TuneOptions, run_tune
 
@@ -39,7 +41,8 @@ def tune_corpus(db: Path, trials_per_task: int, seed: int, only: list[str] | Non
     # MetaSchedule's gradient scheduler would otherwise spend the budget on the big tasks
     device = {"device": {"num_threads": threads}} if threads else {}
     profile = bench_profile("host", target=target, tuning={
-        "early_stop": "none", "seed": seed, "max_trials_per_task": trials_per_task, "minor_task_share": 0.0}, **device)
+        "early_stop": "none", "seed": seed, "max_trials_per_task": trials_per_task, "minor_task_share": 0.0,
+        "sampler": sampler}, **device)
     tasks = [task for task in corpus_tasks() if not only or task[0] in only]
     options = TuneOptions(
         profile=profile, model=None, out_dir=db.parent / "corpus-run", db=str(db),
@@ -56,13 +59,15 @@ def main() -> int:
     parser.add_argument("--trials-per-task", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=SHIPPED)
+    parser.add_argument("--sampler", choices=("none", "kmeans"), default="none",
+                        help="the corpus run's candidate sampler (default none: every trial a record)")
     parser.add_argument("--skip-tuning", action="store_true", help="train on the database as it is")
     parser.add_argument("--tasks", nargs="+", help="tune only these corpus tasks (a top-up of a database)")
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     args.db.parent.mkdir(parents=True, exist_ok=True)
     if not args.skip_tuning:
-        seconds = tune_corpus(args.db.resolve(), args.trials_per_task, args.seed, args.tasks)
+        seconds = tune_corpus(args.db.resolve(), args.trials_per_task, args.seed, args.tasks, sampler=args.sampler)
         print(f"corpus: {len(args.tasks or corpus_tasks())} tasks x {args.trials_per_task} trials in {seconds:.0f} s -> {args.db}", flush=True)
     from edgetune.costmodel.training import pretrain_from_histories
 

@@ -112,6 +112,23 @@ def _model_file(seed: int = 0) -> ModelFile:
                      {"training": {"records": 3, "tasks": 1}, "hyperparameters": {"inner_steps": 2}})
 
 
+def test_few_shot_tasks_label_support_and_query_on_one_scale():
+    """Support and query are relative to the best of both: with the support's best alone, a poor support gave
+    the query labels of 5-10, which dominated FOMAML's outer loss (the start then ranked worse than random)."""
+    from edgetune.costmodel.training import MetaTrainer
+
+    trainer = MetaTrainer(meta_batch=20, support=4, query=6)
+    costs = np.array([1e-3 * (1 + i) for i in range(10)] + [1e-3 * (1 + i) for i in range(10)])
+    tasks = [np.arange(10), np.arange(10, 20)]
+    z = torch.arange(20, dtype=torch.float32)[:, None]
+    for support_z, y_s, query_z, y_q in trainer._sample(np.random.default_rng(0), tasks, z, costs):
+        labels = torch.cat([y_s, y_q])
+        assert float(labels.max()) == pytest.approx(1.0) and float(labels.min()) > 0
+        rows = torch.cat([support_z, query_z]).long().squeeze(1)
+        best = costs[rows.numpy()].min()
+        assert torch.allclose(labels, torch.as_tensor(best / costs[rows.numpy()], dtype=torch.float32))
+
+
 def test_model_file_round_trip(tmp_path):
     model = _model_file()
     path = model.save(tmp_path / "m.npz")

@@ -1,7 +1,8 @@
-"""MetaTune as a MetaSchedule cost model: the meta-learned start, adapted to each task's measurements.
+"""MetaTune as a MetaSchedule cost model: a learnt start, adapted to each task's measurements.
 
-Before a task has any measurement the model ranks candidates with the
-meta-learned head (the point of MetaTune: useful from the first batch). After
+Before a task has any measurement the model ranks candidates with the model
+file's head, meta-learned or (the bundled file) only pre-trained: the point of
+MetaTune is to be useful from the first batch. After
 each batch it adapts a copy of that start to the task's measurements with
 MAML's inner loop (the same steps and learning rate it was meta-trained with),
 so every task has its own head and none drifts from the shared start. The GCN

@@ -113,8 +113,9 @@ def _model_file(seed: int = 0) -> ModelFile:
 
 
 def test_few_shot_tasks_label_support_and_query_on_one_scale():
-    """Support and query are relative to the best of both: with the support's best alone, a poor support gave
-    the query labels of 5-10, which dominated FOMAML's outer loss (the start then ranked worse than random)."""
+    """Support and query are relative to the best of both: with the support's best alone, query labels went
+    above 1, out of reach of a head adapted to the support, and the meta-learned start ranked no better than
+    random (benchmarks/RESULTS.md, MetaTune ranking diagnostic)."""
     from edgetune.costmodel.training import MetaTrainer
 
     trainer = MetaTrainer(meta_batch=20, support=4, query=6)

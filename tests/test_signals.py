@@ -104,3 +104,53 @@ def test_forwarding_keeps_sigint_blocked_for_the_tuning_loop_and_restores_the_ma
             assert stop.signum == signal.SIGINT
     assert not sigint_is_forwarded()
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
+# The main thread in native code (GIL released) that is busy when the wake-up signal
+# arrives and only then blocks: the first wake-up interrupts nothing, as when it lands
+# between a lock wait's release of the GIL and the wait itself.
+_GAP_THEN_SLEEP_C = r"""
+#include <time.h>
+#include <unistd.h>
+void gap_then_sleep(double gap, unsigned secs) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b); while ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9 < gap);
+    sleep(secs);
+}
+"""
+_LOST_WAKE_UP = """
+import ctypes, signal, sys, time
+from edgetune.common.interrupts import forward_sigint_to_main_thread
+
+helper = ctypes.CDLL(sys.argv[1])
+helper.gap_then_sleep.argtypes = [ctypes.c_double, ctypes.c_uint]
+started = time.monotonic()
+try:
+    with forward_sigint_to_main_thread():
+        print("ready", flush=True)
+        helper.gap_then_sleep(0.5, 20)  # the Ctrl-C arrives during the 0.5 s gap
+        print(f"not interrupted after {time.monotonic() - started:.1f} s", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - started:.1f} s", flush=True)
+"""
+
+
+def test_a_wake_up_that_lands_before_the_wait_is_sent_again(tmp_path) -> None:
+    """The forwarded Ctrl-C must not wait out a blocking call that began after the first wake-up (seen in CI)."""
+    import shutil
+    import subprocess
+    import sys
+
+    if not shutil.which("gcc"):
+        pytest.fail("gcc is needed (apt-get install gcc)") if os.environ.get("CI") else pytest.skip("no gcc")
+    source, library = tmp_path / "gap.c", tmp_path / "libgap.so"
+    source.write_text(_GAP_THEN_SLEEP_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-o", str(library), str(source)], check=True)
+    child = subprocess.Popen([sys.executable, "-c", _LOST_WAKE_UP, str(library)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready", child.stderr.read()
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert out.startswith("interrupted"), (out, err)
+    assert float(out.split()[2]) < 5, out  # the gap (0.5 s) and one more wake-up, not the 20 s sleep

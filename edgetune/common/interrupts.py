@@ -32,12 +32,14 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-#: a signal with a do-nothing handler, sent to the main thread to cut short a
-#: blocking wait (a lock, ``sleep``) so that the forwarded Ctrl-C runs at once;
-#: its default action is to ignore it, so a stray one is harmless
+#: a signal sent to the main thread to cut short a blocking wait (a lock,
+#: ``sleep``) so that the forwarded Ctrl-C runs at once; its handler only notes
+#: that it ran, and its default action is to ignore it, so a stray one is harmless
 _WAKE = getattr(signal, "SIGURG", None)
 
 _active = threading.Event()
+#: how often, and how far apart, the wake-up is sent until the main thread has run its handlers
+_WAKE_TRIES, _WAKE_INTERVAL = 200, 0.05
 
 
 def sigint_is_forwarded() -> bool:
@@ -60,7 +62,8 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
     ):
         yield
         return
-    previous_wake = signal.signal(_WAKE, _do_nothing)
+    woken = threading.Event()  # set by the wake-up signal's Python handler: the main thread ran its handlers
+    previous_wake = signal.signal(_WAKE, lambda signum, frame: woken.set())
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     closing = threading.Event()
     main_thread = threading.main_thread().ident
@@ -70,8 +73,16 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
             signal.sigwait({signal.SIGINT})
             if closing.is_set():
                 return
+            woken.clear()
             _thread.interrupt_main(signal.SIGINT)  # runs the handler the main thread has for SIGINT
-            signal.pthread_kill(main_thread, _WAKE)
+            # The wake-up can be lost: this thread gets the GIL when the main thread releases it to
+            # block in a lock wait, and a signal landing before the wait begins interrupts nothing
+            # (seen once in CI under load: the Ctrl-C waited out a 60 s wait). So wake it again until
+            # its Python handlers have run (SIGINT's first, then the wake-up's), for at most 10 s.
+            for _ in range(_WAKE_TRIES):
+                signal.pthread_kill(main_thread, _WAKE)
+                if woken.wait(_WAKE_INTERVAL) or closing.is_set():
+                    break
 
     forwarder = threading.Thread(target=forward, name="edgetune-sigint", daemon=True)
     forwarder.start()  # inherits the blocked SIGINT, as sigwait needs
@@ -86,6 +97,3 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         signal.signal(_WAKE, previous_wake)
 
-
-def _do_nothing(signum: int, frame: object) -> None:
-    """The wake-up signal's handler: its only job was to interrupt a blocking call."""

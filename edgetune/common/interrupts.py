@@ -65,6 +65,9 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
     woken = threading.Event()  # set by the wake-up signal's Python handler: the main thread ran its handlers
     previous_wake = signal.signal(_WAKE, lambda signum, frame: woken.set())
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # a wake-up blocked in this thread (a mask inherited from the parent process: seen in CI, where
+    # the test suite's process had it blocked) would never arrive; the previous mask comes back at the end
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {_WAKE})
     closing = threading.Event()
     main_thread = threading.main_thread().ident
 

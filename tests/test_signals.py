@@ -50,6 +50,9 @@ _SWALLOWED_CTRL_C = """
 import contextlib, ctypes, signal, sys, threading, time
 from edgetune.common.interrupts import forward_sigint_to_main_thread
 
+# Python's own SIGINT handler, as in an interactive start: a child of a process that had SIGINT ignored
+# inherits SIG_IGN, Python leaves it so, and interrupt_main() then does nothing (CI's suite once spawned it so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 libc = ctypes.CDLL(None)
 libc.signal.restype = ctypes.c_void_p
 libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
@@ -123,6 +126,7 @@ _LOST_WAKE_UP = """
 import ctypes, signal, sys, time
 from edgetune.common.interrupts import forward_sigint_to_main_thread
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in an interactive start (see above)
 helper = ctypes.CDLL(sys.argv[1])
 helper.gap_then_sleep.argtypes = [ctypes.c_double, ctypes.c_uint]
 started = time.monotonic()

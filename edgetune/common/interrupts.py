@@ -65,8 +65,8 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
     woken = threading.Event()  # set by the wake-up signal's Python handler: the main thread ran its handlers
     previous_wake = signal.signal(_WAKE, lambda signum, frame: woken.set())
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    # a wake-up blocked in this thread (a mask inherited from the parent process: seen in CI, where
-    # the test suite's process had it blocked) would never arrive; the previous mask comes back at the end
+    # a wake-up blocked in this thread (a mask inherited from the parent process) would never
+    # arrive; the previous mask comes back at the end
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {_WAKE})
     closing = threading.Event()
     main_thread = threading.main_thread().ident
@@ -80,7 +80,7 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
             _thread.interrupt_main(signal.SIGINT)  # runs the handler the main thread has for SIGINT
             # The wake-up can be lost: this thread gets the GIL when the main thread releases it to
             # block in a lock wait, and a signal landing before the wait begins interrupts nothing
-            # (seen once in CI under load: the Ctrl-C waited out a 60 s wait). So wake it again until
+            # (a constructed case in tests/test_signals.py; not seen in a real run). So wake it again until
             # its Python handlers have run (SIGINT's first, then the wake-up's), for at most 10 s.
             for _ in range(_WAKE_TRIES):
                 signal.pthread_kill(main_thread, _WAKE)

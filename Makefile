@@ -30,6 +30,7 @@ install-test: $(BIN)/python system-deps
 # OpenCL device on the CPU that runs the kernels built for the Mali and Adreno profiles).
 system-deps:
 	@missing=""; \
+	command -v gcc >/dev/null || missing="$$missing gcc"; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	command -v aarch64-linux-gnu-g++ >/dev/null || missing="$$missing g++-aarch64-linux-gnu"; \
 	command -v arm-linux-gnueabihf-g++ >/dev/null || missing="$$missing g++-arm-linux-gnueabihf"; \

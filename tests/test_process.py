@@ -131,10 +131,12 @@ def test_wait_for_port_sees_a_real_listener(tmp_path: Path, cleanup: list[int]) 
     log = tmp_path / "listener.log"
     process = spawn_group([sys.executable, "-c", LISTENER, str(port)], log, env={"EDGETUNE_TEST_MARK": "x"})
     cleanup.append(process.pid)
-    environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
-    assert b"EDGETUNE_TEST_MARK=x" in environ and any(v.startswith(b"PATH=") for v in environ)  # env adds
     assert not port_open("127.0.0.1", port)
     assert wait_for_port("127.0.0.1", port, 30, process=process, settle_sec=0.2)
+    # read only now: Popen returns when exec closes the child's close-on-exec pipe, before the kernel
+    # has set up the new program's environment, and /proc/PID/environ then reads empty (CI saw b"")
+    environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+    assert b"EDGETUNE_TEST_MARK=x" in environ and any(v.startswith(b"PATH=") for v in environ)  # env adds
     assert port_open("127.0.0.1", port)
     assert port_in_use("127.0.0.1", port)
     assert log_tail(log) == "listening"

@@ -11,6 +11,7 @@ mix the shipped model's corpus never had.
 
     python benchmarks/metatune.py                         # 5 tasks x 4 models x 3 seeds x 64 (hours here)
     python benchmarks/metatune.py --tasks mlp_32x128to256 --models meta rf --seeds 0 --budget 16   # a smoke run
+    python benchmarks/metatune.py --models meta rf --meta-handoff alone=0   # meta with and without the hand-over to rf
     python benchmarks/metatune.py --write-results         # also the RESULTS.md section
 """
 
@@ -58,17 +59,20 @@ class BestCurve(ms.measure_callback.PyMeasureCallback):
 
 
 def tune_one(task: tuple[str, Any, int], model: str, seed: int, budget: int, board: Any, work: Path, *,
-             target: dict[str, Any] | None = BENCH_TARGET, model_file: str = "") -> list[float]:
+             target: dict[str, Any] | None = BENCH_TARGET, model_file: str = "",
+             tuning: dict[str, Any] | None = None) -> list[float]:
     """One run: ``budget`` measurements of ``task`` with cost model ``model``; the best-so-far curve.
 
     ``target`` None keeps the host profile's own (this CPU's ``mcpu``); ``model_file``
-    is ``tuning.cost_model_file`` for ``meta`` (empty: the shipped model).
+    is ``tuning.cost_model_file`` for ``meta`` (empty: the shipped model); ``tuning``
+    overrides more ``[tuning]`` settings.
     """
     from edgetune.tuning import Components, TuneOptions, run_tune
 
     profile = bench_profile("host", target=target, tuning={
         **AS_BEFORE, "cost_model": model, "seed": seed, "early_stop": "none", "minor_task_share": 0.0,
         "num_trials_per_iter": 8, "sampler": "none", **({"cost_model_file": model_file} if model_file else {}),
+        **(tuning or {}),
     })
     curve = BestCurve()
     options = TuneOptions(profile=profile, model=None, out_dir=work, db=str(work / "history.db"), trials=budget,
@@ -116,14 +120,22 @@ def main() -> int:
     parser.add_argument("--model-file", action="append", default=[], metavar="NAME=FILE",
                         help="also run `meta` from this model file, reported as NAME (repeatable): compares "
                         "starts, e.g. one meta-trained and one only pre-trained, against the same rf runs")
+    parser.add_argument("--meta-handoff", action="append", default=[], metavar="NAME=N",
+                        help="also run `meta` with tuning.meta_handoff_samples = N, reported as NAME (repeatable; "
+                        "N = 0: MetaTune alone, without handing over to the random forest)")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
     if "rf" not in args.models:
         parser.error("rf is the reference: keep it in --models")
-    variants = dict(spec.split("=", 1) for spec in args.model_file if "=" in spec)
-    if len(variants) != len(args.model_file) or set(variants) & set(MODELS):
-        parser.error(f"--model-file must be NAME=FILE with NAME not one of {', '.join(MODELS)}, "
-                     f"got {args.model_file} instead")
+    variants: dict[str, dict[str, Any]] = {}
+    for flag, key, specs in (("--model-file", "cost_model_file", args.model_file),
+                             ("--meta-handoff", "meta_handoff_samples", args.meta_handoff)):
+        for spec in specs:
+            name, _, value = spec.partition("=")
+            if not value or name in MODELS or name in variants or (key == "meta_handoff_samples" and not value.isdigit()):
+                parser.error(f"{flag} must be NAME={'FILE' if key == 'cost_model_file' else 'N'} with a new NAME "
+                             f"not one of {', '.join(MODELS)}, got {spec!r} instead")
+            variants[name] = {key: int(value) if key == "meta_handoff_samples" else value}
     models = [*args.models, *variants]
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tasks = [t for t in heldout_tasks() if not args.tasks or t[0] in args.tasks]
@@ -135,8 +147,7 @@ def main() -> int:
                 for model in models:
                     work = Path(tempfile.mkdtemp(prefix=f"metatune-{model}-{seed}-"))
                     cost_model = "meta" if model in variants else model
-                    curve = tune_one(task, cost_model, seed, args.budget, board, work,
-                                     model_file=variants.get(model, ""))
+                    curve = tune_one(task, cost_model, seed, args.budget, board, work, tuning=variants.get(model))
                     rows.append({"task": task[0], "seed": seed, "model": model, "curve": curve})
                     print(f"{task[0]} seed {seed} {model}: {len(curve)} measured, best "
                           + ", ".join(f"@{n} {at(curve, n) * 1e6:.1f} us" for n in checkpoints)

@@ -180,6 +180,48 @@ def test_cost_model_file_setting_picks_the_model(tmp_path):
         make_cost_model("meta", model_file=str(tmp_path / "bad.npz"))
 
 
+def _tiled_candidates():
+    """Distinct schedules of ``matmul_relu(16)`` (C's i and j loops split by different factors) and their context."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    candidates = []
+    for fi in (1, 2, 4, 8, 16):
+        for fj in (1, 2, 4, 8):
+            sch = tvm.s_tir.Schedule(matmul_relu(16))
+            i, j, _ = sch.get_loops(sch.get_sblock("C"))
+            sch.split(i, factors=[None, fi])
+            sch.split(j, factors=[None, fj])
+            candidates.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+    context = ms.TuneContext(mod=matmul_relu(16), target=tvm.target.Target({"kind": "llvm"}), task_name="handoff")
+    return context, candidates
+
+
+def test_meta_hands_ranking_over_to_the_forest_as_measurements_grow():
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from edgetune.costmodel.meta_model import MetaTuneModel
+    from edgetune.search import make_cost_model
+
+    context, candidates = _tiled_candidates()
+    hybrid, alone = make_cost_model("meta", meta_handoff_samples=12, seed=1), make_cost_model("meta", meta_handoff_samples=0)
+    assert (hybrid.handoff_samples, hybrid.forest_.seed, alone.forest_) == (12, 1, None)
+    assert [hybrid.meta_weight(n) for n in (0, 12, 36)] == [1.0, 0.5, 0.25] and alone.meta_weight(100) == 1.0
+    # the first batch is ranked by MetaTune alone
+    assert np.array_equal(hybrid.predict(context, candidates), alone.predict(context, candidates))
+    measured, rest = candidates[:12], candidates[12:]
+    results = [RunnerResult([1e-3 * (1 + (k * 7) % 5)], None) for k in range(12)]
+    for model in (hybrid, alone):
+        model.update(context, measured, results)
+    assert hybrid.forest_.num_samples_ == 12
+    meta = alone.predict(context, rest)  # the same start adapted to the same measurements
+    mean, std = hybrid.forest_.predict_mean_std(context, rest)
+    expected = 0.5 * meta + 0.5 * (mean + std)
+    assert np.allclose(hybrid.predict(context, rest), expected) and not np.allclose(expected, meta)
+    with pytest.raises(ValueError, match="handoff_samples must be >= 0, got -1 instead"):
+        MetaTuneModel(handoff_samples=-1)
+
+
 def test_missing_torch_is_a_one_line_error_naming_the_extra():
     code = ("import sys; sys.modules['torch'] = None\n"
             "from edgetune.costmodel.meta_model import require_torch\n"

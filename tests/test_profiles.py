@@ -240,6 +240,7 @@ def test_unknown_key_without_match_lists_valid_keys(tmp_path: Path) -> None:
             "(did you mean 'xgb'?)",
         ),
         ("[rpc]\nkey = 5", "key 'rpc.key' must be a non-empty string, got 5 (int) instead"),
+        ("[tuning]\nmeta_handoff_samples = -1", "key 'tuning.meta_handoff_samples' must be an integer >= 0, got -1 (int) instead"),
         ('[measure]\nstop_rule = "median"', "key 'measure.stop_rule' must be one of 'auto', 'cv', 'ci', got 'median' (str) instead"),
         ("[measure]\nci_threshold = 0", "key 'measure.ci_threshold' must be a number > 0, got 0 (int) instead"),
     ],

@@ -7,6 +7,18 @@ each batch it adapts a copy of that start to the task's measurements with
 MAML's inner loop (the same steps and learning rate it was meta-trained with),
 so every task has its own head and none drifts from the shared start. The GCN
 embedding is frozen; a candidate's embedding is computed once per prediction.
+
+As a task's measurements grow, ranking is handed over to edgetune's random
+forest (:class:`~edgetune.search.surrogate.RandomForestModel`, fitted on the
+same measurements): the learnt start is what helps while a task has few
+measurements, and the forest ranks better once it has a few batches
+(benchmarks/RESULTS.md, ``metatune`` section). A candidate's score is
+
+    w * meta + (1 - w) * (forest mean + forest std),   w = h / (h + n)
+
+with ``n`` the task's measurements and ``h`` = ``handoff_samples``: MetaTune
+alone for the first batch, half and half at ``n = h``. Both models predict the
+throughput relative to the task's best measured, so the scores add up on one scale.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from ..common.failure import FAILURE_THRESHOLD_SECS
 from ..errors import CostModelError
+from ..search.surrogate import RandomForestModel
 from . import graph
 from .modelfile import ModelFile, load_model_file
 
@@ -58,6 +71,11 @@ class MetaTuneModel(PyCostModel):
         Adapt on at most the newest this many measurements of a task (bounds the time per batch).
     threads:
         PyTorch threads (the host also builds candidates).
+    handoff_samples:
+        A task's measurements at which the random forest's score weighs as much as
+        MetaTune's (see the module docstring); 0 ranks with MetaTune alone.
+    seed:
+        Random state of the forest.
     """
 
     def __init__(
@@ -67,6 +85,8 @@ class MetaTuneModel(PyCostModel):
         inner_lr: float | None = None,
         max_adapt_samples: int = 256,
         threads: int = 1,
+        handoff_samples: int = 32,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         require_torch()
@@ -74,7 +94,11 @@ class MetaTuneModel(PyCostModel):
 
         if max_adapt_samples < 1:
             raise ValueError(f"max_adapt_samples must be >= 1, got {max_adapt_samples!r} instead")
+        if handoff_samples < 0:
+            raise ValueError(f"handoff_samples must be >= 0, got {handoff_samples!r} instead")
         self.model_file = model_file
+        self.handoff_samples = handoff_samples
+        self.seed = seed
         self.max_adapt_samples = max_adapt_samples
         self.threads = threads
         net.set_threads(threads)
@@ -84,6 +108,7 @@ class MetaTuneModel(PyCostModel):
         self.inner_lr = float(inner_lr if inner_lr is not None else hyper.get("inner_lr", 0.05))
         self.tasks_: dict[str, _Task] = {}
         self._encoder = graph.GraphEncoder()
+        self.forest_: RandomForestModel | None = RandomForestModel(seed=seed) if handoff_samples else None
 
     def _set_file(self, file: ModelFile) -> None:
         from . import net
@@ -132,6 +157,8 @@ class MetaTuneModel(PyCostModel):
         z_all = net.torch.stack(task.z[-self.max_adapt_samples:])
         y = net.torch.as_tensor(relative_throughput(np.asarray(task.costs[-self.max_adapt_samples:]), np.asarray(task.costs)))
         task.head = net.adapt(self.params_, z_all, y, steps=self.inner_steps, lr=self.inner_lr)
+        if self.forest_ is not None:
+            self.forest_.update(context, candidates, results)
 
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         if not candidates:
@@ -140,9 +167,22 @@ class MetaTuneModel(PyCostModel):
 
         task = self.tasks_.get(self._task_key(context))
         head = task.head if task is not None and task.head is not None else self.params_
-        return net.predict(head, self._embed(context, candidates))
+        meta = np.asarray(net.predict(head, self._embed(context, candidates)), dtype="float64")
+        weight = self.meta_weight(len(task.costs) if task is not None else 0)
+        if weight >= 1.0 or self.forest_ is None:
+            return meta
+        mean, std = self.forest_.predict_mean_std(context, candidates)
+        if mean is None:  # the forest is still warming up
+            return meta
+        return weight * meta + (1.0 - weight) * (mean + std)
 
     # -- edgetune API ------------------------------------------------------------
+    def meta_weight(self, measured: int) -> float:
+        """MetaTune's share of the score of a task with ``measured`` measurements (the forest has the rest)."""
+        if not self.handoff_samples:
+            return 1.0
+        return self.handoff_samples / (self.handoff_samples + measured)
+
     @property
     def num_samples_(self) -> int:
         return sum(len(t.costs) for t in self.tasks_.values())

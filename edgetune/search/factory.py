@@ -18,15 +18,18 @@ def _check(kind: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{kind} must be one of {', '.join(sorted(allowed))}, got {value!r} instead")
 
 
-def make_cost_model(name: str, *, seed: int = 0, num_cores: int = 1, model_file: str = "") -> Any:
+def make_cost_model(name: str, *, seed: int = 0, num_cores: int = 1, model_file: str = "",
+                    meta_handoff_samples: int = 32) -> Any:
     """``xgb`` (MetaSchedule's XGBoost model, as in AutoTVM), ``rf`` (random
     forest ranking by expected improvement, as in AdaTune), ``meta`` (MetaTune,
-    adapted from ``model_file`` or the bundled model; needs edgetune[meta]) or ``random``."""
+    adapted from ``model_file`` or the bundled model, handing over to the random
+    forest as a task's measurements pass ``meta_handoff_samples``; needs
+    edgetune[meta]) or ``random``."""
     _check("cost_model", name, COST_MODELS)
     if name == "meta":
         from ..costmodel.meta_model import MetaTuneModel
 
-        return MetaTuneModel(model_file or None)
+        return MetaTuneModel(model_file or None, handoff_samples=meta_handoff_samples, seed=seed)
     if name == "random":
         return ms.cost_model.RandomModel(seed=seed)
     if name == "rf":

@@ -244,7 +244,7 @@ class TuningPipeline:
             return self.components.cost_model
         tuning = self.profile.tuning
         return make_cost_model(tuning.cost_model, seed=tuning.seed, num_cores=os.cpu_count() or 1,
-                               model_file=tuning.cost_model_file)
+                               model_file=tuning.cost_model_file, meta_handoff_samples=tuning.meta_handoff_samples)
 
     def make_search_strategy(self, run: _Run, per_type: dict[tuple[str, ...], dict[str, Any]] | None) -> Any:
         if self.components.search_strategy is not None:

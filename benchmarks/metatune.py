@@ -11,7 +11,7 @@ mix the shipped model's corpus never had.
 
     python benchmarks/metatune.py                         # 5 tasks x 4 models x 3 seeds x 64 (hours here)
     python benchmarks/metatune.py --tasks mlp_32x128to256 --models meta rf --seeds 0 --budget 16   # a smoke run
-    python benchmarks/metatune.py --models meta rf --meta-handoff alone=0   # meta with and without the hand-over to rf
+    python benchmarks/metatune.py --models meta rf --meta-handoff h16=16   # meta with and without the hand-over to rf
     python benchmarks/metatune.py --write-results         # also the RESULTS.md section
 """
 

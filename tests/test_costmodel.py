@@ -206,6 +206,7 @@ def test_meta_hands_ranking_over_to_the_forest_as_measurements_grow():
     context, candidates = _tiled_candidates()
     hybrid, alone = make_cost_model("meta", meta_handoff_samples=12, seed=1), make_cost_model("meta", meta_handoff_samples=0)
     assert (hybrid.handoff_samples, hybrid.forest_.seed, alone.forest_) == (12, 1, None)
+    assert make_cost_model("meta").forest_ is None  # off by default
     assert [hybrid.meta_weight(n) for n in (0, 12, 36)] == [1.0, 0.5, 0.25] and alone.meta_weight(100) == 1.0
     # the first batch is ranked by MetaTune alone
     assert np.array_equal(hybrid.predict(context, candidates), alone.predict(context, candidates))

@@ -8,17 +8,21 @@ MAML's inner loop (the same steps and learning rate it was meta-trained with),
 so every task has its own head and none drifts from the shared start. The GCN
 embedding is frozen; a candidate's embedding is computed once per prediction.
 
-As a task's measurements grow, ranking is handed over to edgetune's random
-forest (:class:`~edgetune.search.surrogate.RandomForestModel`, fitted on the
-same measurements): the learnt start is what helps while a task has few
-measurements, and the forest ranks better once it has a few batches
-(benchmarks/RESULTS.md, ``metatune`` section). A candidate's score is
+With ``handoff_samples`` (``tuning.meta_handoff_samples``) > 0, ranking is
+handed over to edgetune's random forest
+(:class:`~edgetune.search.surrogate.RandomForestModel`, fitted on the same
+measurements) as a task's measurements grow, because on the held-out
+benchmark the learnt start led while a task had few measurements and the
+forest caught up by 32-64. A candidate's score is then
 
     w * meta + (1 - w) * (forest mean + forest std),   w = h / (h + n)
 
 with ``n`` the task's measurements and ``h`` = ``handoff_samples``: MetaTune
 alone for the first batch, half and half at ``n = h``. Both models predict the
-throughput relative to the task's best measured, so the scores add up on one scale.
+throughput relative to the task's best measured, so the scores add up on one
+scale. It is off by default: measured with h = 16 and 32 it did not beat
+MetaTune alone beyond the run-to-run spread (benchmarks/RESULTS.md,
+``metatune_handoff``), and it costs a forest fit per batch.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class MetaTuneModel(PyCostModel):
         inner_lr: float | None = None,
         max_adapt_samples: int = 256,
         threads: int = 1,
-        handoff_samples: int = 32,
+        handoff_samples: int = 0,
         seed: int = 0,
     ) -> None:
         super().__init__()

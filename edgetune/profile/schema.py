@@ -118,7 +118,7 @@ class TuningSettings:
     # MetaTune model file of cost_model = "meta" (edgetune costmodel pretrain); "": the bundled one
     cost_model_file: str = ""
     # cost_model = "meta": a task's measurements at which the random forest weighs as much as MetaTune; 0: MetaTune alone
-    meta_handoff_samples: int = 32
+    meta_handoff_samples: int = 0
     search_strategy: str = "evolutionary"
     population_size: int = 0
     task_scheduler: str = "gradient"
@@ -305,7 +305,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "max_trials_per_task": _integer(0, default=0),
         "cost_model": _string(COST_MODELS, default="rf"),
         "cost_model_file": _string(default=""),
-        "meta_handoff_samples": _integer(0, default=32),
+        "meta_handoff_samples": _integer(0, default=0),
         "search_strategy": _string(SEARCH_STRATEGIES, default="evolutionary"),
         "population_size": _integer(0, default=0),
         "task_scheduler": _string(TASK_SCHEDULERS, default="gradient"),

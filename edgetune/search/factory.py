@@ -19,12 +19,12 @@ def _check(kind: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def make_cost_model(name: str, *, seed: int = 0, num_cores: int = 1, model_file: str = "",
-                    meta_handoff_samples: int = 32) -> Any:
+                    meta_handoff_samples: int = 0) -> Any:
     """``xgb`` (MetaSchedule's XGBoost model, as in AutoTVM), ``rf`` (random
     forest ranking by expected improvement, as in AdaTune), ``meta`` (MetaTune,
-    adapted from ``model_file`` or the bundled model, handing over to the random
-    forest as a task's measurements pass ``meta_handoff_samples``; needs
-    edgetune[meta]) or ``random``."""
+    adapted from ``model_file`` or the bundled model; with ``meta_handoff_samples``
+    it hands ranking over to the random forest as a task's measurements grow;
+    needs edgetune[meta]) or ``random``."""
     _check("cost_model", name, COST_MODELS)
     if name == "meta":
         from ..costmodel.meta_model import MetaTuneModel

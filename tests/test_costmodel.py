@@ -197,7 +197,7 @@ def _tiled_candidates():
     return context, candidates
 
 
-def test_meta_hands_ranking_over_to_the_forest_as_measurements_grow():
+def test_meta_hands_ranking_over_to_the_forest_as_measurements_grow(tmp_path):
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from edgetune.costmodel.meta_model import MetaTuneModel
@@ -219,6 +219,10 @@ def test_meta_hands_ranking_over_to_the_forest_as_measurements_grow():
     mean, std = hybrid.forest_.predict_mean_std(context, rest)
     expected = 0.5 * meta + 0.5 * (mean + std)
     assert np.allclose(hybrid.predict(context, rest), expected) and not np.allclose(expected, meta)
+    start = tmp_path / "start.npz"
+    hybrid.save(str(start))
+    hybrid.load(str(start))  # a new start: what was fitted to the old one's measurements goes
+    assert hybrid.tasks_ == {} and hybrid.forest_.num_samples_ == 0
     with pytest.raises(ValueError, match="handoff_samples must be >= 0, got -1 instead"):
         MetaTuneModel(handoff_samples=-1)
 

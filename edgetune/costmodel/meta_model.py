@@ -136,9 +136,10 @@ class MetaTuneModel(PyCostModel):
 
     # -- MetaSchedule interface ----------------------------------------------------
     def load(self, path: str) -> None:
-        """Replace the meta-learned start with the model file at ``path`` (adapted heads are dropped)."""
+        """Replace the meta-learned start with the model file at ``path`` (adapted heads and the forest are dropped)."""
         self._set_file(ModelFile.load(path))
         self.tasks_ = {}
+        self.forest_ = RandomForestModel(seed=self.seed) if self.handoff_samples else None
 
     def save(self, path: str) -> None:
         """Write the meta-learned start (what a later run adapts from) as a model file."""

@@ -29,16 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-PICK = 8
+from benchmarks.metatune_ranking import PICK, pick_quality  # noqa: E402
+
 SHOTS = (8, 16, 32, 64)
 HANDOFF = 32
-
-
-def pick_quality(costs: np.ndarray, scores: np.ndarray, measured: np.ndarray) -> float:
-    """The best cost among the unmeasured over the best cost of the ``PICK`` highest-scored of them."""
-    rest = np.setdiff1d(np.arange(len(costs)), measured)
-    chosen = rest[np.argsort(-scores[rest], kind="stable")[:PICK]]
-    return float(costs[rest].min() / costs[chosen].min())
 
 
 def load_pools(pattern: str) -> dict[str, dict[str, list]]:
@@ -89,9 +83,10 @@ def main() -> int:
     from sklearn.ensemble import RandomForestRegressor
 
     from edgetune.costmodel import graph, net
+    from edgetune.costmodel.meta_model import MetaTuneModel
     from edgetune.costmodel.modelfile import load_model_file
     from edgetune.costmodel.training import relative_throughput
-    from edgetune.search.surrogate import expected_improvement, stack_rows
+    from edgetune.search.surrogate import RandomForestModel, expected_improvement, stack_rows
 
     net.set_threads(1)
     pools = {k: p for k, p in load_pools(args.histories).items() if len(p["costs"]) > 2 * max(SHOTS)}
@@ -102,6 +97,8 @@ def main() -> int:
     params = net.to_torch(model.params)
     hyper = model.info.get("hyperparameters", {})
     steps, lr = int(hyper.get("inner_steps", 10)), float(hyper.get("inner_lr", 0.05))
+    product = RandomForestModel()  # the forest's hyperparameters as `rf` and the hand-over use them
+    weight_at = MetaTuneModel(args.model_file, handoff_samples=HANDOFF).meta_weight
     rng = np.random.default_rng(0)
     scores: dict[tuple[str, int], list[float]] = defaultdict(list)
     for pool in pools.values():
@@ -115,10 +112,11 @@ def main() -> int:
                 measured = order[:k]
                 labels = relative_throughput(costs[measured])
                 meta = np.asarray(net.predict(net.adapt(params, z[measured], net.torch.as_tensor(labels), steps=steps, lr=lr), z))
-                forest = RandomForestRegressor(n_estimators=64, max_features=0.5, random_state=draw, n_jobs=1)
+                forest = RandomForestRegressor(n_estimators=product.n_estimators, min_samples_leaf=product.min_samples_leaf,
+                                               max_features=product.max_features, random_state=draw, n_jobs=1)
                 per_tree = np.stack([t.predict(x) for t in forest.fit(x[measured], labels).estimators_])
                 mean, std = per_tree.mean(axis=0), per_tree.std(axis=0)
-                weight = HANDOFF / (HANDOFF + k)
+                weight = weight_at(k)
                 for name, score in (("meta", meta), ("meta zero-shot", start), ("rf mean", mean),
                                     ("rf ei", expected_improvement(mean, std, 1.0)),
                                     (f"hand-over h{HANDOFF}", weight * meta + (1 - weight) * (mean + std)),

@@ -51,7 +51,8 @@ import contextlib, ctypes, signal, sys, threading, time
 from edgetune.common.interrupts import forward_sigint_to_main_thread
 
 # Python's own SIGINT handler, as in an interactive start: a child of a process that had SIGINT ignored
-# inherits SIG_IGN, Python leaves it so, and interrupt_main() then does nothing (CI's suite once spawned it so)
+# inherits SIG_IGN, Python leaves it so, and interrupt_main() then does nothing (a suite started with `&` from
+# a non-interactive shell spawns it so: POSIX starts such background jobs with SIGINT ignored)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 libc = ctypes.CDLL(None)
 libc.signal.restype = ctypes.c_void_p

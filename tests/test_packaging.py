@@ -1,11 +1,13 @@
 """edgetune as a user installs it: build the sdist and wheel, check them, install, run.
 
 `python -m build --no-isolation` (setuptools, build and twine come with the
-`test` extra, so nothing is downloaded) builds both archives; `twine check
---strict` checks their metadata. The wheel is then installed, not editable, into
-a fresh venv, and the console script runs from a directory outside the
-checkout: `profiles list`, `profiles show`, a short `tune` on the embedded
-loopback board. The same for an editable install (`pip install -e .`), which
+`test` extra, so nothing is downloaded) builds both archives, without a single
+setuptools warning (pip shows them on `pip install`, a wall of text before
+edgetune says anything); `twine check --strict` checks their metadata. The wheel
+is then installed, not editable, into a fresh venv, and the console script runs
+from a directory outside the checkout: `profiles list`, `profiles show`, a short
+`tune` on the embedded loopback board; the bundled MetaTune model loads from the
+installed package. The same for an editable install (`pip install -e .`), which
 finds the bundled profiles through setuptools' editable finder.
 
 Fast and offline: the fresh venvs get edgetune itself from the wheel (`--no-deps`),
@@ -16,8 +18,10 @@ in it (so the development install's editable finder stays out).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -31,6 +35,16 @@ from conftest import IN_CI, REPO
 
 BUNDLED = sorted(path.stem for path in (REPO / "device_profiles").glob("*.toml"))
 MIGRATIONS = sorted(path.name for path in (REPO / "edgetune" / "history" / "migrations" / "versions").glob("0*.py"))
+METATUNE = REPO / "edgetune" / "costmodel" / "data" / "metatune.npz"  # the bundled MetaTune model (package data)
+
+# What a setuptools warning looks like in a build's output: `python -m build` prints a
+# backend's warnings as "WARNING <message>", Python as "<file>:<line>: <Category>: <message>"
+# (SetuptoolsDeprecationWarning, _Warning, InformationOnly, ...), and setuptools frames the
+# details of each between "!!" lines and a row of asterisks. (distutils' lowercase
+# "warning: no previously-included files matching ..." log lines are no warnings: the
+# wheel built from the sdist, which has no bytecode, always prints one for `global-exclude`.)
+SETUPTOOLS_WARNING = ("WARNING", "Warning:", "InformationOnly", "!!", "*****", "is absent from the `packages` configuration",
+                      "Package would be ignored", "Editable installation")
 
 
 def _need(module: str) -> None:
@@ -49,14 +63,52 @@ def run(*command: object, cwd: Path, env: dict[str, str] | None = None, timeout:
     return result
 
 
+def assert_no_setuptools_warning(output: str) -> None:
+    """No line of a build's output belongs to a setuptools (or other Python) warning."""
+    found = [line for line in output.splitlines() if any(mark in line for mark in SETUPTOOLS_WARNING)]
+    assert not found, "setuptools warnings:\n" + "\n".join(found) + "\n\nthe whole output:\n" + output
+
+
+def _fresh_clone(dest: Path) -> Path:
+    """The checkout's files as a fresh clone has them (and the files not committed yet).
+
+    Without ``edgetune.egg-info`` above all: setuptools adds every file an existing
+    ``SOURCES.txt`` lists to the sdist, so the development install's would hide package
+    data that pyproject.toml no longer declares. Nor ``.venv``, ``build/`` or bytecode.
+    """
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True)
+    if listed.returncode == 0:
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            if (REPO / name).is_file():  # not a file deleted but not yet committed
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, dest / name)
+    else:  # an unpacked sdist
+        ignore = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "build", "dist", "__pycache__", "*.py[cod]")
+        shutil.copytree(REPO, dest, ignore=ignore, dirs_exist_ok=True)
+    return dest
+
+
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sdist and the wheel (built from the sdist, so the sdist is complete enough to build)."""
+def dist_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The sdist and the wheel (built from the sdist, so the sdist is complete enough to build), and what the build printed."""
     for module in ("build", "twine", "setuptools"):
         _need(module)
+    source = _fresh_clone(tmp_path_factory.mktemp("source"))
     out = tmp_path_factory.mktemp("dist")
-    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, REPO, cwd=REPO, timeout=600)
-    return out
+    result = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, source, cwd=source, timeout=600)
+    return out, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def dist(dist_build: tuple[Path, str]) -> Path:
+    return dist_build[0]
+
+
+def test_build_prints_no_setuptools_warning(dist_build: tuple[Path, str]) -> None:
+    """Every warning setuptools prints here, pip prints too: on `make demo`, before edgetune starts."""
+    _, output = dist_build
+    assert_no_setuptools_warning(output)
+    assert "Successfully built edgetune-" in output, output  # the output checked is the build's
 
 
 def test_build_and_twine_check(dist: Path) -> None:
@@ -86,7 +138,8 @@ def test_build_and_twine_check(dist: Path) -> None:
     with tarfile.open(sdists[0]) as sdist:
         members = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     for name in ("setup.py", "pyproject.toml", "LICENSE", "README.md", "MANIFEST.in", "Makefile", "device_profiles/__init__.py",
-                 "device_profiles/host.toml", "rpc_setup/boards.example.toml", "tests/conftest.py"):
+                 "device_profiles/host.toml", "rpc_setup/boards.example.toml", "tests/conftest.py",
+                 "edgetune/costmodel/data/metatune.npz"):
         assert name in members, name
     assert not any("__pycache__" in name for name in members)
 
@@ -120,11 +173,14 @@ def _fresh_venv(root: Path, install: list[str]) -> tuple[Path, dict[str, str]]:
 
 
 WHERE = """\
-import json, sys, importlib.resources
+import hashlib, json, sys, importlib.resources
 import edgetune
+from edgetune.costmodel import bundled_model
 from edgetune.profile.loader import BUNDLED_DIR
 from edgetune.history.migrate import MIGRATIONS
 from alembic.script import ScriptDirectory
+metatune = importlib.resources.files("edgetune.costmodel") / "data" / "metatune.npz"
+model = bundled_model()  # what --cost-model meta and `edgetune costmodel info` load
 print(json.dumps({
     "edgetune": edgetune.__file__,
     "bundled": str(BUNDLED_DIR),
@@ -132,12 +188,26 @@ print(json.dumps({
     "editable_finders": [repr(f) for f in sys.meta_path if "editable" in repr(f).lower()],
     "migrations": str(MIGRATIONS),
     "revisions": sorted(r.revision for r in ScriptDirectory(str(MIGRATIONS)).walk_revisions()),
+    "metatune": str(metatune),
+    "metatune_sha256": hashlib.sha256(metatune.read_bytes()).hexdigest(),
+    "metatune_parameters": model.num_parameters,
+    "metatune_format": model.info["format_version"],
 }))
 """
 
 
 def _where(venv: Path, env: dict[str, str], cwd: Path) -> dict:
     return json.loads(run(venv / "bin" / "python", "-c", WHERE, cwd=cwd, env=env).stdout)
+
+
+def _check_metatune(where: dict, installed: Path) -> None:
+    """bundled_model() read the model at ``installed``, the same bytes as the checkout's."""
+    from edgetune.costmodel.modelfile import FORMAT_VERSION, ModelFile
+
+    assert Path(where["metatune"]) == installed, where
+    assert where["metatune_sha256"] == hashlib.sha256(METATUNE.read_bytes()).hexdigest(), where
+    assert where["metatune_format"] == FORMAT_VERSION, where
+    assert where["metatune_parameters"] == ModelFile.load(METATUNE).num_parameters > 0, where
 
 
 def _check_profiles(venv: Path, env: dict[str, str], cwd: Path, bundled_source: Path) -> None:
@@ -168,6 +238,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(dist: Path, tmp_path: Path
     assert Path(where["bundled"]) == Path(where["resources"]) == site / "edgetune" / "device_profiles", where
     assert Path(where["migrations"]) == site / "edgetune" / "history" / "migrations", where
     assert len(where["revisions"]) == len(MIGRATIONS), where  # Alembic reads the installed scripts
+    _check_metatune(where, site / "edgetune" / "costmodel" / "data" / "metatune.npz")
     _check_profiles(venv, env, work, site / "edgetune" / "device_profiles")
 
     out = work / "run"
@@ -189,10 +260,13 @@ def test_editable_install_finds_the_profiles(tmp_path: Path) -> None:
     built = run(sys.executable, "-c", f"import setuptools.build_meta as b; print(b.build_editable({str(wheels)!r}))",
                 cwd=REPO, timeout=300)
     wheel = wheels / built.stdout.strip().splitlines()[-1]
+    # the warnings pip would print on `pip install -e .` (make demo, make test)
+    assert_no_setuptools_warning(built.stdout + built.stderr)
     venv, env = _fresh_venv(tmp_path, [str(wheel)])
     work = tmp_path / "elsewhere"
     work.mkdir()
     where = _where(venv, env, work)
     assert Path(where["edgetune"]) == REPO / "edgetune" / "__init__.py", where
     assert Path(where["bundled"]) == Path(where["resources"]) == REPO / "device_profiles", where
+    _check_metatune(where, METATUNE)
     _check_profiles(venv, env, work, REPO / "device_profiles")

@@ -18,6 +18,15 @@ Usage::
   python benchmarks/vs_onnxruntime.py                                   # 4 models, 8 16 32 per task, seed 0
   python benchmarks/vs_onnxruntime.py --models transformer --per-task 8 --seeds 0 1
   python benchmarks/vs_onnxruntime.py --write-results                   # also update RESULTS.md
+  python benchmarks/vs_onnxruntime.py --models mobilenetv1 --res 96 --graph-optimization none full   # graphs side by side
+
+``demo:mobilenetv1`` keeps BatchNormalization and Clip nodes as Keras/TensorFlow
+exporters emit them; the other demos have batch norms folded in code. With
+several ``--graph-optimization`` levels each model is tuned once per level (its
+own run directory, same seed and trials per task) and the rows sit side by
+side. Each row also gives the sum of the tuned kernels (weight x best latency,
+as measured while tuning) beside the whole model on the board, and the load
+average (1 min) before and after the row.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 MARK = "vs_onnxruntime"
-MODELS = ("resnet18", "mobilenetv2", "squeezenet", "transformer")
+MODELS = ("resnet18", "mobilenetv2", "squeezenet", "transformer", "mobilenetv1")
 
 
 def time_interleaved(artifact: Path, onnx_bytes: bytes, inputs: dict[str, Any], threads: int, rounds: int, number: int) -> dict[str, Any]:
@@ -72,7 +81,7 @@ def time_interleaved(artifact: Path, onnx_bytes: bytes, inputs: dict[str, Any], 
     }
 
 
-def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespace, graph: str | None = None) -> list[dict[str, Any]]:
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
@@ -80,21 +89,27 @@ def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespac
     spec = f"demo:{name}" + (f"@{args.res}" if args.res and name != "transformer" else "")
     profile = load_profile(args.profile)
     overrides = {"seed": seed, **({"cost_model": args.cost_model} if args.cost_model else {})}
+    if graph is not None:
+        overrides["graph_optimization"] = graph
     profile = profile.with_overrides(tuning=overrides)
     model = load_model(spec)
     inputs = {s.name: model.random_inputs(seed=0)[s.name] for s in model.inputs}
-    out_dir = args.out / f"{name}-seed{seed}"
+    out_dir = args.out / (f"{name}-seed{seed}" + (f"-graph-{graph}" if graph else ""))
     options = TuneOptions(profile=profile, model=spec, out_dir=out_dir)
-    n_tasks = len(TuningPipeline(options).extract_tasks(profile.tvm_target(), model))
+    pipeline = TuningPipeline(options)
+    n_tasks = len(pipeline.extract_tasks(profile.tvm_target(), pipeline.check_inputs()[1]))
     rows = []
     for per in per_task:
         options = TuneOptions(profile=profile, model=spec, out_dir=out_dir, trials=per * n_tasks)
+        load_before = os.getloadavg()[0]
         started = time.monotonic()
         summary = run_tune(options)
         wall = time.monotonic() - started
         timing = time_interleaved(summary.artifact, model.onnx_bytes, inputs, profile.device.num_threads, args.rounds, args.number)
         rows.append({
-            "model": spec, "seed": seed, "per_task": per, "tasks": n_tasks,
+            "model": spec, "graph": profile.tuning.graph_optimization, "seed": seed, "per_task": per, "tasks": n_tasks,
+            "kernels_ms": summary.end_to_end.tuned_kernels_ms,
+            "load_before": load_before, "load_after": os.getloadavg()[0],
             "trials": summary.trials.in_history_before + summary.trials.this_run,
             "tune_wall_s": wall, "device_s": summary.seconds.device,
             "untuned_ms": summary.end_to_end.untuned_ms, "tuned_ms_on_board": summary.end_to_end.tuned_ms,
@@ -121,6 +136,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         f"Reproduce: `python benchmarks/vs_onnxruntime.py --models {' '.join(args.models)} --per-task "
         f"{' '.join(map(str, args.per_task))} --seeds {' '.join(map(str, args.seeds))}"
         + (f" --res {args.res}" if args.res else "") + (f" --cost-model {args.cost_model}" if args.cost_model else "")
+        + (f" --graph-optimization {' '.join(g for g in args.graph_optimization if g)}" if any(args.graph_optimization) else "")
         + " --write-results`",
         "",
         f"Each model tuned by `run_tune` with profile `{args.profile}` (what `edgetune tune` runs), budgets resumed "
@@ -128,26 +144,46 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         f"{args.rounds} interleaved rounds of {args.number} calls; latency = median of rounds. Ratio = edgetune / ONNX Runtime "
         "(below 1: edgetune faster). Max rel diff = max |tvm - ort| / max |ort| on one input.",
         "",
-        "| model | trials/task | trials | tuning wall (s) | untuned (ms) | edgetune (ms) | ONNX Runtime (ms) | ratio | max rel diff | tasks kept default |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "Graph = `tuning.graph_optimization`. Kernels = sum over tasks of weight x best latency as measured while tuning; "
+        "whole / kernels = the tuned model on the board over that sum (above 1: time outside the kernels). Load = 1-minute "
+        "load average before / after the row.",
+        "",
+        "| model | graph | tasks | trials/task | trials | tuning wall (s) | untuned (ms) | edgetune (ms) | kernels (ms) "
+        "| whole / kernels | ONNX Runtime (ms) | ratio | max rel diff | tasks kept default | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        kernels = r.get("kernels_ms")
+        overhead = f"{r['tuned_ms_on_board'] / kernels:.2f}" if kernels else "-"
+        load = f"{r['load_before']:.2f} / {r['load_after']:.2f}" if "load_before" in r else "-"
         lines.append(
-            f"| {r['model']} (seed {r['seed']}) | {r['per_task']} | {r['trials']} | {r['tune_wall_s']:.0f} | {r['untuned_ms']:.3f} | "
-            f"{r['tvm_ms']:.3f} | {r['ort_ms']:.3f} | {r['ratio']:.2f} | {r['max_rel_diff']:.1e} | {len(r['kept_default'])} |"
+            f"| {r['model']} (seed {r['seed']}) | {r.get('graph', '-')} | {r['tasks']} | {r['per_task']} | {r['trials']} | "
+            f"{r['tune_wall_s']:.0f} | {r['untuned_ms']:.3f} | {r['tvm_ms']:.3f} | {kernels or 0:.3f} | {overhead} | "
+            f"{r['ort_ms']:.3f} | {r['ratio']:.2f} | {r['max_rel_diff']:.1e} | {len(r['kept_default'])} | {load} |"
         )
-    lines += ["", "Geometric mean of the ratio over models (median over seeds):", "", "| trials/task | geomean ratio | worst model |", "|---|---|---|"]
-    for per in per_task:
-        by_seed = []
-        worst = None
-        for seed in seeds:
-            ratios = {r["model"]: r["ratio"] for r in rows if r["per_task"] == per and r["seed"] == seed}
-            if ratios:
-                by_seed.append(geomean(list(ratios.values())))
-                name, value = max(ratios.items(), key=lambda kv: kv[1])
-                worst = (name, value) if worst is None or value > worst[1] else worst
-        if by_seed:
-            lines.append(f"| {per} | {statistics.median(by_seed):.2f} [{min(by_seed):.2f}-{max(by_seed):.2f}] | {worst[0]} {worst[1]:.2f} |")
+    graphs = sorted({r.get("graph", "-") for r in rows})
+    lines += [
+        "", "Geometric mean of the ratio over models (median over seeds, [min-max]):", "",
+        "| graph | trials/task | geomean ratio | worst model |", "|---|---|---|---|",
+    ]
+    for graph in graphs:
+        for per in per_task:
+            by_seed = []
+            worst = None
+            for seed in seeds:
+                ratios = {
+                    r["model"]: r["ratio"] for r in rows
+                    if r["per_task"] == per and r["seed"] == seed and r.get("graph", "-") == graph
+                }
+                if ratios:
+                    by_seed.append(geomean(list(ratios.values())))
+                    name, value = max(ratios.items(), key=lambda kv: kv[1])
+                    worst = (name, value) if worst is None or value > worst[1] else worst
+            if by_seed:
+                lines.append(
+                    f"| {graph} | {per} | {statistics.median(by_seed):.2f} [{min(by_seed):.2f}-{max(by_seed):.2f}] | "
+                    f"{worst[0]} {worst[1]:.2f} |"
+                )
     return "\n".join(lines)
 
 
@@ -159,6 +195,10 @@ def main() -> int:
     parser.add_argument("--res", type=int, default=None, help="input resolution of the CNNs (default: each demo's 224)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--cost-model", default=None, help="override the profile's tuning.cost_model")
+    parser.add_argument(
+        "--graph-optimization", nargs="+", default=[None], choices=["full", "none"],
+        help="tune each model once per level (tuning.graph_optimization), side by side; default: the profile's",
+    )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/vs-onnxruntime"))
@@ -179,7 +219,8 @@ def main() -> int:
         rows = []
         for seed in args.seeds:
             for name in args.models:
-                rows += run_model(name, seed, args.per_task, args)
+                for graph in args.graph_optimization:
+                    rows += run_model(name, seed, args.per_task, args, graph)
                 if args.raw:
                     args.raw.write_text(json.dumps(rows, indent=1))
         text = report(rows, args, (load_start, os.getloadavg()[0]))
@@ -188,7 +229,7 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).parent))
         from _results import write_section
 
-        write_section(text, MARK)
+        write_section(text, MARK + ("_graph" if len(args.graph_optimization) > 1 else ""))
     return 0
 
 

@@ -24,7 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from .common.choices import COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, SAMPLERS, TASK_SCHEDULERS, TRANSFERS, WARM_START_MODES
+from .common.choices import (
+    COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, GRAPH_OPTIMIZATIONS, SAMPLERS, TASK_SCHEDULERS, TRANSFERS, WARM_START_MODES,
+)
 from .common.interrupts import forward_sigint_to_main_thread
 from .errors import DeployInputError, ModelError, OptionError, ProfileError, TuningInterrupted
 
@@ -39,6 +41,7 @@ PROFILE_FLAGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "cost_model": ("tuning", "cost_model", COST_MODELS),
     "exploration": ("tuning", "exploration", EXPLORATIONS),
     "transfer": ("tuning", "transfer", TRANSFERS),
+    "graph_optimization": ("tuning", "graph_optimization", GRAPH_OPTIMIZATIONS),
     "evaluator": ("measure", "evaluator", EVALUATORS),
 }
 
@@ -77,7 +80,7 @@ def tune_options(
     the defaults of ``profile``, ``tracker`` and ``key``. ``profile`` is a name,
     a TOML file or a :class:`~edgetune.profile.DeviceProfile`. ``flags`` are
     the measurement-reduction overrides (``sampler``, ``early_stop``,
-    ``cost_model``, ``exploration``, ``transfer``, ``evaluator``; None keeps
+    ``cost_model``, ``exploration``, ``transfer``, ``evaluator``, ``graph_optimization``; None keeps
     the profile's) and ``overrides`` any other profile keys by section
     (``{"tuning": {"num_trials_per_iter": 8}}``), validated like the file.
     """

@@ -19,6 +19,7 @@ from .common.choices import (
     EARLY_STOPS,
     EVALUATORS,
     EXPLORATIONS,
+    GRAPH_OPTIMIZATIONS,
     SAMPLERS,
     TASK_SCHEDULERS,
     TRANSFERS,
@@ -118,6 +119,12 @@ def _add_tune_parser(sub: Any) -> None:
     reduce.add_argument("--cost-model", choices=COST_MODELS, help="xgb (AutoTVM), rf (random forest + expected improvement), meta (MetaTune, needs edgetune[meta]) or random [tuning.cost_model]")
     reduce.add_argument("--exploration", choices=EXPLORATIONS, help="random share of each batch from the forest's uncertainty (contextual) or a fixed 5%% [tuning.exploration]")
     reduce.add_argument("--transfer", choices=TRANSFERS, help="half of each task's first batch replayed from the best schedules of the same operator at other shapes in the history (similar), or none (off) [tuning.transfer]")
+    tune.add_argument(
+        "--graph-optimization", choices=GRAPH_OPTIMIZATIONS,
+        help="full (default): fold batch norms into their convolution or dense layer and fold constants before the "
+        "model's kernels are extracted, as ONNX Runtime prepares a graph; none: tune the graph as imported "
+        "[tuning.graph_optimization]",
+    )
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
     tune.set_defaults(func=_run_tune)

@@ -7,6 +7,7 @@ line is printed per measured batch so logs stay readable.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -116,6 +117,8 @@ class RichProgress(ProgressSink):
             f"tuning wall clock {seconds.tuning_wall:.1f} s",
             highlight=False,
         )
+        for line in _graph_lines(summary.graph):
+            console.print(line, highlight=False)
         for line in _savings_lines(summary):
             console.print(line, highlight=False)
         for line in _board_lines(summary.measurement):
@@ -145,12 +148,32 @@ class RichProgress(ProgressSink):
                 f"outputs match (max abs diff {e2e.max_abs_diff:.2g})",
                 highlight=False,
             )
+            if e2e.tuned_kernels_ms:
+                console.print(
+                    f"inside the tuned kernels: {e2e.tuned_kernels_ms:.3f} ms (sum over tasks of weight x best latency); "
+                    f"outside them (dispatch, allocation, launches): {e2e.outside_kernels_share:.0%} of the tuned model",
+                    highlight=False,
+                )
             if e2e.delivered == "untuned":
                 console.print(
                     "the tuned build measured slower than the untuned one twice: model.so is the untuned build", highlight=False
                 )
             console.print(f"artifact: {e2e.artifact}", highlight=False)
         console.print(f"summary: {out_dir / SUMMARY_NAME}; history: {summary.history}", highlight=False)
+
+
+def _graph_lines(graph: dict[str, Any] | None) -> list[str]:
+    """How the graph was prepared and what kernels it left, one line each."""
+    if not graph:
+        return []
+    from .tasks.graph import GraphPass, GraphReport
+    from .tasks.inventory import Kernel, KernelInventory
+
+    report = GraphReport(graph["optimization"], graph["conv_layout"], [GraphPass(**p) for p in graph.get("passes", [])])
+    lines = [report.describe()]
+    if graph.get("kernels"):
+        lines.append(KernelInventory([Kernel(**k) for k in graph["kernels"]["kernels"]]).describe())
+    return lines
 
 
 def _progress_from_summary(summary: TuneSummary) -> TuneProgress:

@@ -55,7 +55,7 @@ def _write_single_op_model(
 
 
 def test_demo_names() -> None:
-    assert demo_model_names() == ["tiny-cnn", "resnet18", "mobilenetv2", "squeezenet", "transformer"]
+    assert demo_model_names() == ["tiny-cnn", "resnet18", "mobilenetv1", "mobilenetv2", "squeezenet", "transformer"]
 
 
 def test_tiny_cnn_metadata(tiny: LoadedModel) -> None:
@@ -276,7 +276,7 @@ def test_transformer_block_demo() -> None:
 def test_unknown_demo_name() -> None:
     assert _error_of("demo:resnet19") == (
         "unknown demo model 'demo:resnet19' (did you mean 'demo:resnet18'?); "
-        "available: demo:tiny-cnn, demo:resnet18, demo:mobilenetv2, demo:squeezenet, demo:transformer"
+        "available: demo:tiny-cnn, demo:resnet18, demo:mobilenetv1, demo:mobilenetv2, demo:squeezenet, demo:transformer"
     )
     assert "did you mean" not in _error_of("demo:xyz")
 

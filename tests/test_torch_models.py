@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO
 from edgetune.errors import ModelError
 from edgetune.tasks import load_model, prepare_for_tuning
+from edgetune.tasks.graph import prepare_graph
 from torch_models import export, export_resnet18, require_torch, torch_reference
 
 
@@ -55,8 +56,9 @@ def test_batch_norms_are_folded_into_the_convolutions(resnet) -> None:
     import tvm
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks
 
-    model = load_model(str(resnet[0]))
+    model = prepare_graph(load_model(str(resnet[0])))
     assert "batch_norm" not in model.mod.script()
+    assert [p.detail for p in model.graph.passes if p.name == "fold-batch-norm"] == ["20 folded"]
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     names = [task.task_name for task in extract_tasks(prepare_for_tuning(model.mod, target), target)]
     convs = [name for name in names if "conv2d" in name]
@@ -170,8 +172,8 @@ def test_import_edgetune_imports_neither_tvm_nor_torch() -> None:
     assert result.stdout.strip() == "[]"
 
 
-def test_only_inference_batch_norms_after_a_convolution_are_folded(tmp_path: Path) -> None:
-    """A batch norm over a matmul's output, or one exported in training mode, stays a batch norm."""
+def test_inference_batch_norms_are_folded_and_training_ones_kept(tmp_path: Path) -> None:
+    """A batch norm over a dense layer's output folds into it too; one exported in training mode stays a batch norm."""
     require_torch()
     import torch
     from torch import nn
@@ -182,11 +184,18 @@ def test_only_inference_batch_norms_after_a_convolution_are_folded(tmp_path: Pat
         head[2].running_mean.uniform_(-1, 1)
     path = tmp_path / "head.pt2"
     torch.export.save(export(head, (2, 3, 2, 2)), path)
-    model = load_model(str(path))
-    assert "R.nn.batch_norm" in model.mod.script()
+    imported = load_model(str(path))
+    assert "R.nn.batch_norm" in imported.mod.script()
+    model = prepare_graph(imported)
+    assert "R.nn.batch_norm" not in model.mod.script()
+    assert [p.detail for p in model.graph.passes if p.name == "fold-batch-norm"] == ["1 folded"]
     feeds = model.random_inputs(seed=4)
     np.testing.assert_allclose(model.reference_outputs(feeds)[0], torch_reference(head, [feeds["input"]])[0],
                                rtol=1e-5, atol=1e-5)
     train = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
     torch.export.save(export(train, (2, 3, 8, 8)), path)
-    assert "training=True" in load_model(str(path)).mod.script()
+    kept = prepare_graph(load_model(str(path)))
+    assert "training=True" in kept.mod.script()
+    assert [p.detail for p in kept.graph.passes if p.name == "decompose-batch-norm"] == [
+        "kept: 1 of 1 batch norms are in training mode"
+    ]

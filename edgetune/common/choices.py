@@ -26,6 +26,9 @@ EXPLORATIONS = ("contextual", "fixed")
 TRANSFERS = ("similar", "off")
 #: The layout 2-D convolutions are tuned and built in (see edgetune.tasks.graph).
 CONV_LAYOUTS = ("as-is", "NHWC")
+#: How much of ONNX Runtime's graph preparation runs before task extraction (see edgetune.tasks.graph):
+#: "full" folds batch norms and constants, "none" tunes the graph as the frontend imported it.
+GRAPH_OPTIMIZATIONS = ("full", "none")
 #: MetaSchedule search strategies.
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 #: Task schedulers: MetaSchedule's own two, then edgetune's (search.scheduler).

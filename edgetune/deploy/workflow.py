@@ -114,8 +114,9 @@ def source_from_model(model_spec: str, profile_name: str, db: str | None, out_di
     from ..tasks.graph import prepare_graph
 
     profile = load_profile(profile_name)
-    # the layout the history's records were tuned in (tuning.conv_layout), or they would not apply
-    model = prepare_graph(load_model(model_spec), profile.tuning.conv_layout)
+    # the graph and layout the history's records were tuned in (tuning.graph_optimization, conv_layout),
+    # or they would not apply
+    model = prepare_graph(load_model(model_spec), profile.tuning.conv_layout, profile.tuning.graph_optimization)
     target = profile.tvm_target()
     history = None
     if db:

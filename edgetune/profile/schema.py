@@ -31,6 +31,7 @@ from edgetune.common.choices import (  # noqa: F401 - re-exported: the schema's 
     EARLY_STOPS,
     EVALUATORS,
     EXPLORATIONS,
+    GRAPH_OPTIMIZATIONS,
     RPC_DEVICES,
     SAMPLERS,
     SEARCH_STRATEGIES,
@@ -137,6 +138,8 @@ class TuningSettings:
     exploration: str = "contextual"
     transfer: str = "similar"
     conv_layout: str = "as-is"
+    # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
+    graph_optimization: str = "full"
     minor_task_share: float = 0.01
     minor_task_trials: int = 2
     # measure each task's untuned code (its default schedule) as one trial before the search, so the
@@ -323,6 +326,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "exploration": _string(EXPLORATIONS, default="contextual"),
         "transfer": _string(TRANSFERS, default="similar"),
         "conv_layout": _string(CONV_LAYOUTS, default="as-is"),
+        "graph_optimization": _string(GRAPH_OPTIMIZATIONS, default="full"),
         "minor_task_share": _number(at_least=0, default=0.01),
         "minor_task_trials": _integer(1, default=2),
         "default_schedule": _boolean(True),

@@ -78,6 +78,25 @@ class _GraphBuilder:
             group=group,
         )
 
+    def conv_bn(self, x: str, cin: int, cout: int, kernel: int, stride: int = 1, group: int = 1) -> str:
+        """Conv without bias, then an inference BatchNormalization: what Keras/TensorFlow exporters emit.
+
+        The statistics are random but plausible (variance near 1, small means),
+        so folding them into the weights changes the numbers measurably.
+        """
+        fan_in = cin // group * kernel * kernel
+        weight = self._rng.normal(0.0, np.sqrt(2.0 / fan_in), (cout, cin // group, kernel, kernel))
+        pad = kernel // 2
+        y = self._node(
+            "Conv", [x, self._const("w", weight)],
+            kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad, pad, pad, pad], group=group,
+        )
+        gamma = self._const("bn_gamma", 1.0 + self._rng.normal(0.0, 0.1, cout))
+        beta = self._const("bn_beta", self._rng.normal(0.0, 0.05, cout))
+        mean = self._const("bn_mean", self._rng.normal(0.0, 0.1, cout))
+        var = self._const("bn_var", self._rng.uniform(0.5, 1.5, cout))
+        return self._node("BatchNormalization", [y, gamma, beta, mean, var], epsilon=1e-3)
+
     def relu(self, x: str) -> str:
         return self._node("Relu", [x])
 
@@ -144,6 +163,30 @@ def resnet18(res: int = 224) -> onnx.ModelProto:
             x = g.relu(g.add(branch, shortcut))
             cin = cout
     return g.model("resnet18", "input", res, g.classifier(x, 512, 1000), 1000)
+
+
+# (output channels, stride) of MobileNetV1's 13 depthwise-separable blocks, from the paper
+_MOBILENETV1_CONFIG = (
+    (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+    (512, 1), (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1),
+)
+
+
+def mobilenetv1(res: int = 224) -> onnx.ModelProto:
+    """MobileNetV1 (width 1.0) as Keras/TensorFlow exporters emit it: BatchNormalization and Clip(0, 6) nodes kept.
+
+    Unlike the other demos, nothing is folded in code: each convolution has no
+    bias and is followed by its own BatchNormalization node, so the graph
+    preparation (edgetune.tasks.graph) has the work an exported model gives it.
+    """
+    g = _GraphBuilder(_SEED + 1)
+    x = g.relu6(g.conv_bn("input", 3, 32, 3, stride=2))
+    cin = 32
+    for cout, stride in _MOBILENETV1_CONFIG:
+        x = g.relu6(g.conv_bn(x, cin, cin, 3, stride=stride, group=cin))
+        x = g.relu6(g.conv_bn(x, cin, cout, 1))
+        cin = cout
+    return g.model("mobilenetv1", "input", res, g.classifier(x, cin, 1000), 1000)
 
 
 # (expansion t, output channels c, repeats n, first stride s) from the paper
@@ -257,6 +300,7 @@ def transformer(seq: int = 32) -> onnx.ModelProto:
 DEMOS: dict[str, _Demo] = {
     "tiny-cnn": _Demo(tiny_cnn, default_res=32, min_res=8, res_multiple=1),
     "resnet18": _Demo(resnet18, default_res=224, min_res=32, res_multiple=32),
+    "mobilenetv1": _Demo(mobilenetv1, default_res=224, min_res=32, res_multiple=32),
     "mobilenetv2": _Demo(mobilenetv2, default_res=224, min_res=32, res_multiple=32),
     "squeezenet": _Demo(squeezenet, default_res=224, min_res=32, res_multiple=32),
     # @N is the sequence length for the transformer block

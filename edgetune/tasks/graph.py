@@ -1,37 +1,265 @@
-"""Graph-level preparation before tasks are extracted: the layout the convolutions are tuned and built in.
+"""Graph preparation before tasks are extracted: the graph ONNX Runtime would run, in the layout chosen.
 
-ONNX models arrive in NCHW. On a CPU, a convolution whose channels are the
-innermost axis (NHWC activations, OHWI weights) vectorises along channels
-without gathers, which MetaSchedule's CPU rules exploit far better in a small
-budget. ``tuning.conv_layout = "NHWC"`` converts every 2-D convolution with
-Relax's ``ConvertLayout``; the weights are constants, so their transposes
-fold away, and only the model's input and output keep a layout transform.
-The same prepared module is used for task extraction, the tuned and untuned
-builds and ``deploy``, so tuned records always match what is compiled.
+Every model format (ONNX, ``.pt2``, demos) goes through :func:`prepare_graph`
+once, and the prepared module is what task extraction, the tuned and untuned
+builds and ``edgetune deploy`` all compile, so tuned records always match
+what is built.
+
+At ``tuning.graph_optimization = "full"`` (the default) it does what ONNX
+Runtime's default graph level does before a CPU run, with TVM's own Relax
+machinery where it has it:
+
+* ``fold-constants``: Relax's ``FoldConstant`` on the imported graph first, so
+  that a dense layer's transposed weight and a reshaped bias are constants.
+* ``fold-batch-norm``: an inference BatchNormalization after a convolution or
+  a dense layer (with or without its bias) is folded into that layer's
+  weights and bias, computed in numpy where the fold is exact. TVM's
+  ``relax.transform.FoldBatchnormToConv2D`` covers only a bias-free conv and
+  needs a ``FoldConstant`` afterwards that compiles every folded expression.
+* ``decompose-batch-norm``: a batch norm left (one after a concat or an add)
+  becomes the elementwise arithmetic it is (``DecomposeOpsForInference``), so
+  ``FuseOps`` puts it into its producer's epilogue instead of tuning it as a
+  kernel of its own that returns a tuple. Training-mode norms are kept.
+
+Convolution + bias + residual add + activation end up in one kernel through
+``FuseOps``/``FuseTIR`` in :func:`~edgetune.tasks.models.prepare_for_tuning`.
+
+``tuning.conv_layout`` then converts 2-D convolutions with Relax's
+``ConvertLayout`` (weights are constants, so their transposes fold away).
+
+A pass that fails on a model is skipped: the model keeps the graph from before
+that pass, and :class:`GraphReport` (written to ``summary.json``) says which
+pass was skipped and why.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
+import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
-from ..profile.schema import CONV_LAYOUTS
+from ..common.choices import CONV_LAYOUTS, GRAPH_OPTIMIZATIONS
 
 
-def prepare_graph(model: Any, conv_layout: str) -> Any:
-    """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module in ``conv_layout``."""
+@dataclass
+class GraphPass:
+    """One preparation pass as it went on this model."""
+
+    name: str
+    status: str  # "applied", "unchanged" (nothing for it to do) or "skipped" (it failed; see detail)
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class GraphReport:
+    """What :func:`prepare_graph` did to a model: the level, the layout and each pass."""
+
+    optimization: str
+    conv_layout: str
+    passes: list[GraphPass] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> list[GraphPass]:
+        return [p for p in self.passes if p.status == "skipped"]
+
+    def describe(self) -> str:
+        """One line for the terminal: what changed, and any pass skipped."""
+        done = [f"{p.name} ({p.detail})" if p.detail else p.name for p in self.passes if p.status == "applied"]
+        parts = [f"graph: {', '.join(done) if done else 'as imported'}"]
+        parts += [f"{p.name} skipped: {p.detail}" for p in self.skipped]
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "optimization": self.optimization,
+            "conv_layout": self.conv_layout,
+            "passes": [p.to_dict() for p in self.passes],
+        }
+
+
+def prepare_graph(model: Any, conv_layout: str = "as-is", optimization: str = "full") -> Any:
+    """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how."""
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
-    if conv_layout == "as-is":
-        return model
+    if optimization not in GRAPH_OPTIMIZATIONS:
+        raise ValueError(
+            f"graph_optimization must be one of {', '.join(GRAPH_OPTIMIZATIONS)}, got {optimization!r} instead"
+        )
+    report = GraphReport(optimization, conv_layout)
+    passes: list[tuple[str, Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]]] = []
+    if optimization == "full":
+        passes += [
+            # first: a dense layer's transposed weight and a bias's reshape become the constants the fold needs
+            ("fold-constants", _relax_pass(relax.transform.FoldConstant())),
+            ("fold-batch-norm", fold_batch_norms),
+            ("decompose-batch-norm", _decompose_batch_norms),
+        ]
+    if conv_layout != "as-is":
+        passes.append((f"layout-{conv_layout}", _convert_layout(conv_layout)))
+    mod = model.mod
+    for name, apply in passes:
+        mod, entry = _run_pass(name, apply, mod)
+        report.passes.append(entry)
+    return dataclasses.replace(model, mod=mod, graph=report)
+
+
+def _run_pass(
+    name: str, apply: Callable[[tvm.IRModule], tuple[tvm.IRModule, str]], mod: tvm.IRModule
+) -> tuple[tvm.IRModule, GraphPass]:
+    """Apply one pass; on failure keep ``mod`` as it was and say why."""
+    try:
+        with tvm.transform.PassContext(opt_level=3):
+            out, detail = apply(mod)
+    except Exception as exc:  # noqa: BLE001 - TVM's passes raise anything on a graph they do not handle
+        return mod, GraphPass(name, "skipped", _first_line(exc))
+    if out.same_as(mod) or tvm_ffi.structural_equal(out, mod):
+        return mod, GraphPass(name, "unchanged", detail)
+    return out, GraphPass(name, "applied", detail)
+
+
+def _relax_pass(transform: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
+    def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+        return transform(mod), ""
+
+    return apply
+
+
+def _convert_layout(layout: str) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
+    def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+        passes = [
+            relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]}),
+            relax.transform.Normalize(),
+            relax.transform.FoldConstant(),
+        ]
+        return tvm.transform.Sequential(passes)(mod), f"{_count_ops(mod, 'relax.nn.conv2d')} convolutions"
+
+    return apply
+
+
+def _decompose_batch_norms(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+    left = _count_ops(mod, "relax.nn.batch_norm")
+    if not left:
+        return mod, ""
+    training = _count_ops(mod, "relax.nn.batch_norm", lambda call: bool(call.attrs.training))
+    if training:
+        # DecomposeOpsForInference would use the running statistics where a training-mode norm uses the batch's
+        return mod, f"kept: {training} of {left} batch norms are in training mode"
     passes = [
-        relax.transform.ConvertLayout({"relax.nn.conv2d": [conv_layout, "OHWI"]}),
-        relax.transform.Normalize(),
-        relax.transform.FoldConstant(),
+        relax.transform.DecomposeOpsForInference(),
+        # the decomposed norm still sits in a (value, mean, var) tuple, which FuseOps does not fuse across
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(),
     ]
-    with tvm.transform.PassContext(opt_level=3):
-        mod = tvm.transform.Sequential(passes)(model.mod)
-    return dataclasses.replace(model, mod=mod)
+    return tvm.transform.Sequential(passes)(mod), f"{left} into elementwise arithmetic"
+
+
+def fold_batch_norms(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+    """Inference batch norms after a convolution or dense layer folded into its weights and bias.
+
+    Matches ``batch_norm(conv2d(x, W) [+ b])[0]`` over the channels of an
+    NCHW/OIHW convolution (grouped and depthwise included) and
+    ``batch_norm(matmul(x, W) [+ b])[0]`` over the last axis of a dense layer
+    with a 2-D constant weight. With ``s = gamma / sqrt(var + eps)`` the result
+    is the layer with weights ``W * s`` (per output channel) plus one bias
+    ``(b - mean) * s + beta``. Anything else is left for
+    ``decompose-batch-norm``. Returns the module and how many were folded.
+    """
+    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+
+    folded = 0
+
+    def rule(layer_op: str, bias_side: str | None) -> tuple[Any, Callable[[relax.Expr, Any], relax.Expr]]:
+        """One explicit pattern per layer and bias placement (alternatives in one pattern leave stale matches)."""
+        data, weight = wildcard(), is_const()
+        layer = is_op(layer_op)(data, weight)
+        bias_const = is_const()
+        bias = bias_const | is_op("relax.reshape")(bias_const, wildcard())
+        # frontends write the bias on either side (ONNX: layer + b, PyTorch's linear: b + layer)
+        before = {None: layer, "after": is_op("relax.add")(layer, bias), "before": is_op("relax.add")(bias, layer)}[bias_side]
+        params = [is_const() for _ in range(4)]  # gamma, beta, mean, var
+        norm = is_op("relax.nn.batch_norm")(before, *params)
+        is_conv = layer_op == "relax.nn.conv2d"
+
+        def fold(expr: relax.Expr, matches: Any) -> relax.Expr:
+            nonlocal folded
+            layer_call, attrs = matches[layer], matches[norm].attrs
+            w = matches[weight].value.numpy()
+            out_shape = [int(d) for d in layer_call.ty.shape]
+            channels = out_shape[1] if is_conv else out_shape[-1]
+            if bool(attrs.training) or not np.issubdtype(w.dtype, np.floating):
+                return expr
+            if is_conv:
+                layouts = (layer_call.attrs.data_layout, layer_call.attrs.kernel_layout, layer_call.attrs.out_layout)
+                if layouts != ("NCHW", "OIHW", "NCHW") or int(attrs.axis) != 1:
+                    return expr
+            elif w.ndim != 2 or int(attrs.axis) not in (-1, len(out_shape) - 1):
+                return expr
+            g, b, m, v = (matches[p].value.numpy().astype(np.float64) for p in params)
+            g = g if attrs.scale else np.ones_like(g)
+            b = b if attrs.center else np.zeros_like(b)
+            layer_bias = np.zeros(channels)
+            if bias_side is not None:
+                add = matches[before]
+                added = add.args[1] if bias_side == "after" else add.args[0]
+                value = matches[bias_const].value.numpy().astype(np.float64)
+                if value.size != channels or not _is_channel_vector([int(d) for d in added.ty.shape], is_conv):
+                    return expr
+                layer_bias = value.reshape(-1)
+            scale = g / np.sqrt(v + float(attrs.epsilon))
+            if is_conv:
+                new_w = w * scale[:, None, None, None]
+                shift = ((layer_bias - m) * scale + b).reshape(1, -1, 1, 1)
+            else:
+                new_w = w * scale[None, :]
+                shift = (layer_bias - m) * scale + b
+            folded += 1
+            call = relax.Call(layer_call.op, [matches[data], relax.const(new_w.astype(w.dtype))], layer_call.attrs)
+            return relax.op.add(call, relax.const(shift.astype(w.dtype)))
+
+        return TupleGetItemPattern(norm, 0), fold
+
+    rules = [rule(op, side) for op in ("relax.nn.conv2d", "relax.matmul") for side in ("after", "before", None)]
+    out = mod.clone()
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            for pattern, fold in rules:
+                func = rewrite_call(pattern, fold, func)
+            out.update_func(gvar, func)
+    if not folded:
+        return mod, ""
+    out = relax.transform.DeadCodeElimination()(out)
+    return out, f"{folded} folded"
+
+
+def _is_channel_vector(dims: list[int], is_conv: bool) -> bool:
+    """The bias adds one value per output channel: shape (1, C, 1, 1) or (C, 1, 1) after a conv, (..., 1, C) after a dense."""
+    if is_conv:
+        return len(dims) in (3, 4) and dims[-2:] == [1, 1] and (len(dims) == 3 or dims[0] == 1)
+    return all(d == 1 for d in dims[:-1])
+
+
+def _count_ops(mod: tvm.IRModule, op_name: str, where: Callable[[relax.Call], bool] | None = None) -> int:
+    count = 0
+
+    def visit(expr: relax.Expr) -> None:
+        nonlocal count
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == op_name:
+            count += 1 if where is None or where(expr) else 0
+
+    for _gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return count
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -69,6 +69,7 @@ class LoadedModel:
     mod: tvm.IRModule
     data: bytes
     format: str = "onnx"  # "onnx" or "pt2"
+    graph: Any = None  # what edgetune.tasks.graph.prepare_graph did to ``mod`` (a GraphReport); None: as imported
     _reference_vm: relax.VirtualMachine | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -339,18 +340,15 @@ def _program_input_specs(program: Any, label: str) -> list[InputSpec]:
 def _import_exported_program(program: Any, label: str) -> tvm.IRModule:
     """``from_exported_program`` with weights as constants; a single output is returned bare, as from ONNX.
 
-    An exported program keeps each batch norm as its own operator, where an
-    ONNX export of the same eval-mode model has folded it into the preceding
-    convolution: it is folded here too, or every convolution would be tuned
-    apart from its epilogue and every batch norm tuned as a task of its own.
+    An exported program keeps each batch norm as its own operator;
+    :func:`edgetune.tasks.graph.prepare_graph` folds them, as for every format.
     """
     from tvm.relax.frontend.torch import from_exported_program
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            mod = from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
-        return _fold_batch_norms(mod)
+            return from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
     except Exception as exc:  # noqa: BLE001 - the frontend raises anything; report it in one line
         missing = re.match(r"Unsupported function types \[(.*)\]", str(exc))
         if isinstance(exc, AssertionError) and missing:
@@ -361,45 +359,6 @@ def _import_exported_program(program: Any, label: str) -> tvm.IRModule:
         raise ModelError(
             f"{label}: TVM {tvm.__version__} cannot import the model: {_first_line(exc)}"
         ) from exc
-
-
-def _fold_batch_norms(mod: tvm.IRModule) -> tvm.IRModule:
-    """Inference batch norms after a convolution folded into its weights and a bias, computed in numpy.
-
-    What ``relax.transform.FoldBatchnormToConv2D`` does, without its need of
-    ``FoldConstant`` afterwards (seconds per model: it compiles every folded
-    expression) and only where the fold is exact: an inference-mode batch norm
-    over the channels of an NCHW/OIHW convolution.
-    """
-    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
-
-    data, weight = wildcard(), is_const()
-    conv = is_op("relax.nn.conv2d")(data, weight)
-    gamma, beta, mean, var = is_const(), is_const(), is_const(), is_const()
-    norm = is_op("relax.nn.batch_norm")(conv, gamma, beta, mean, var)
-    pattern = TupleGetItemPattern(norm, 0)
-
-    def fold(expr: relax.Expr, matches: Any) -> relax.Expr:
-        conv_call, norm_call = matches[conv], matches[norm]
-        conv_attrs, norm_attrs = conv_call.attrs, norm_call.attrs
-        layouts = (conv_attrs.data_layout, conv_attrs.kernel_layout, conv_attrs.out_layout)
-        if bool(norm_attrs.training) or int(norm_attrs.axis) != 1 or layouts != ("NCHW", "OIHW", "NCHW"):
-            return expr
-        w = matches[weight].value.numpy()
-        g, b, m, v = (matches[p].value.numpy().astype(np.float64) for p in (gamma, beta, mean, var))
-        if not norm_attrs.scale:
-            g = np.ones_like(g)
-        if not norm_attrs.center:
-            b = np.zeros_like(b)
-        scale = g / np.sqrt(v + float(norm_attrs.epsilon))
-        folded = relax.Call(conv_call.op, [matches[data], relax.const((w * scale[:, None, None, None]).astype(w.dtype))], conv_attrs)
-        return relax.op.add(folded, relax.const((b - m * scale).astype(w.dtype).reshape(1, -1, 1, 1)))
-
-    out = mod.clone()
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            out.update_func(gvar, rewrite_call(pattern, fold, func))
-    return out
 
 
 def _first_line(exc: BaseException) -> str:

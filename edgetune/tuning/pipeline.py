@@ -49,6 +49,7 @@ from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
 from ..tasks.graph import prepare_graph
+from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
 
 from .baseline import is_default_trace, measure_defaults
@@ -115,6 +116,7 @@ class TaskPlan:
     budget: int  # --trials
     remaining: int  # budget minus what the history holds
     per_iter: int  # candidates per batch
+    inventory: KernelInventory | None = None  # the prepared graph's kernels by class (None: tasks passed in)
 
     @property
     def workloads(self) -> list[Any]:
@@ -179,7 +181,8 @@ class TuningPipeline:
         target = self.profile.tvm_target()
         model = load_model(self.options.model) if self.components.tasks is None else None
         if model is not None:
-            model = prepare_graph(model, self.profile.tuning.conv_layout)
+            tuning = self.profile.tuning
+            model = prepare_graph(model, tuning.conv_layout, tuning.graph_optimization)
         return target, model
 
     def make_board(self, out_dir: Path) -> Board:
@@ -209,10 +212,14 @@ class TuningPipeline:
     # -- tasks ----------------------------------------------------------------
     def extract_tasks(self, target: Any, model: LoadedModel | None) -> list[Any]:
         """The model's tunable tasks (or the ones passed in), as MetaSchedule ``ExtractedTask``s."""
+        return self._extract(target, model)[0]
+
+    def _extract(self, target: Any, model: LoadedModel | None) -> tuple[list[Any], KernelInventory | None]:
+        """The tasks, and the inventory of the prepared graph's kernels (None for tasks passed in)."""
         if self.components.load_intrinsics:
             load_tensor_intrinsics(target)
         if self.components.tasks is not None:
-            return [ms.ExtractedTask(name, mod, target, [mod], int(weight)) for name, mod, weight in self.components.tasks]
+            return [ms.ExtractedTask(name, mod, target, [mod], int(weight)) for name, mod, weight in self.components.tasks], None
         assert model is not None
         prepared = prepare_for_tuning(model.mod, target)
         extracted = [
@@ -227,16 +234,16 @@ class TuningPipeline:
             if missing:
                 raise EdgetuneError(f"task names must be among the model's tasks {names}, got {missing} instead")
             extracted = [task for task in extracted if task.task_name in wanted]
-        return extracted
+        return extracted, kernel_inventory(prepared, extracted)
 
     def plan_tasks(self, history: Any, target: Any, model: LoadedModel | None) -> TaskPlan:
-        extracted = self.extract_tasks(target, model)
+        extracted, inventory = self._extract(target, model)
         previous = [history.count_records(workload=task.dispatched[0], target=target) for task in extracted]
         remaining = max(0, self.trials - sum(previous))
         # A budget smaller than one batch per task would starve the tasks
         # picked last (often the biggest convolutions): shrink the batches.
         per_iter = min(self.profile.tuning.num_trials_per_iter, max(1, remaining // max(1, len(extracted))))
-        return TaskPlan(extracted, previous, self.trials, remaining, per_iter)
+        return TaskPlan(extracted, previous, self.trials, remaining, per_iter, inventory)
 
     # -- search -----------------------------------------------------------------
     def make_cost_model(self) -> Any:
@@ -432,6 +439,7 @@ class TuningPipeline:
                 run.progress.phase = "compiling and measuring the whole model on the device"
                 self.sink.on_phase(run.progress)
                 summary.end_to_end = evaluate_end_to_end(model, self.profile, target, history, address, out_dir)
+                summary.end_to_end.tuned_kernels_ms = summary.kernels_ms()
             summary.write(out_dir)
             append_session(out_dir, summary)
             return summary
@@ -599,6 +607,7 @@ class TuningPipeline:
                 for i, t in enumerate(progress.tasks)
             ],
             curve=[point.to_dict() for point in progress.curve],
+            graph=_graph_info(run.model, plan.inventory),
         )
 
 
@@ -642,6 +651,12 @@ def _task_result(task: TaskProgress, kept_default: bool, cap: int | None, worklo
         trial_cap=cap,
         workload_hash=workload_hash,
     )
+
+
+def _graph_info(model: LoadedModel | None, inventory: KernelInventory | None) -> dict[str, Any] | None:
+    if model is None or model.graph is None:
+        return None
+    return {**model.graph.to_dict(), "kernels": inventory.to_dict() if inventory is not None else None}
 
 
 def _model_info(model: LoadedModel | None, tasks: Sequence[tuple[str, Any, int]] | None) -> ModelInfo:

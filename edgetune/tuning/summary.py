@@ -97,6 +97,15 @@ class EndToEnd:
     outputs_match: bool | None = None
     max_abs_diff: float | None = None
     delivered: str = "tuned"  # "untuned" when the tuned build measured slower and model.so is the untuned build
+    # sum over tasks of weight x best latency, as tuning measured them: the tuned build's time inside its kernels
+    tuned_kernels_ms: float | None = None
+
+    @property
+    def outside_kernels_share(self) -> float | None:
+        """The share of the tuned build's latency spent outside its tuned kernels (dispatch, allocation, launches)."""
+        if not self.tuned_kernels_ms or not self.tuned_latency:
+            return None
+        return 1.0 - self.tuned_kernels_ms / self.tuned_ms
 
     @property
     def tuned_ms(self) -> float:
@@ -134,6 +143,14 @@ class TuneSummary:
     tasks: list[TaskResult] = field(default_factory=list)
     curve: list[dict[str, Any]] = field(default_factory=list)  # one point per batch, see progress.CurvePoint
     end_to_end: EndToEnd | None = None
+    # how the graph was prepared (tasks.graph.GraphReport) and its kernels by class (tasks.inventory), under "kernels"
+    graph: dict[str, Any] | None = None
+
+    def kernels_ms(self) -> float | None:
+        """Sum over tasks of weight x best latency in ms; None unless every task has a measured best."""
+        if not self.tasks or any(t.best_latency_us is None for t in self.tasks):
+            return None
+        return sum(t.weight * t.best_latency_us for t in self.tasks) / 1e3
 
     @property
     def tasks_kept_default(self) -> list[str]:

@@ -79,7 +79,9 @@ def _add_tune_parser(sub: Any) -> None:
     tune.add_argument("--inventory", metavar="FILE", help="board inventory for --board (default: $EDGETUNE_INVENTORY)")
     tune.add_argument(
         "--model", "-m", required=True, help="ONNX file, PyTorch .pt2 file (torch.export.save; needs edgetune[torch]), "
-        "or a built-in demo: demo:tiny-cnn, demo:resnet18[@RES], demo:mobilenetv2[@RES]"
+        "or a built-in demo: demo:NAME[@RES] with NAME one of tiny-cnn, resnet18, resnet50, mobilenetv1, mobilenetv2, "
+        "mobilenetv3-small, squeezenet (1.1), squeezenet1.0, squeezenet1.1, shufflenetv2, efficientnet-b0, "
+        "transformer, transformer-bert (for a transformer @RES is the sequence length)"
     )
     tune.add_argument(
         "--tracker", metavar="HOST:PORT",

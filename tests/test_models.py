@@ -17,6 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgetune.errors import ModelError
 from edgetune.tasks import LoadedModel, demo_model_names, load_model, prepare_for_tuning
+from edgetune.tasks.demo import ZOO, build_demo
+from edgetune.tasks.models import _parse_demo_spec
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,11 @@ def _write_single_op_model(
 
 
 def test_demo_names() -> None:
-    assert demo_model_names() == ["tiny-cnn", "resnet18", "mobilenetv1", "mobilenetv2", "squeezenet", "transformer"]
+    assert demo_model_names() == [
+        "tiny-cnn", "resnet18", "mobilenetv1", "mobilenetv2", "squeezenet", "transformer",
+        "resnet50", "mobilenetv3-small", "squeezenet1.0", "squeezenet1.1", "shufflenetv2", "efficientnet-b0",
+        "transformer-bert",
+    ]
 
 
 def test_tiny_cnn_metadata(tiny: LoadedModel) -> None:
@@ -273,10 +279,65 @@ def test_transformer_block_demo() -> None:
     assert np.corrcoef(out.ravel(), x["input"].ravel())[0, 1] > 0.5
 
 
+@pytest.mark.parametrize(
+    ("name", "res", "convs", "depthwise"),
+    [
+        ("resnet50", 64, 53, 0),  # stem, 16 bottlenecks of 3, 4 projections
+        ("mobilenetv3-small", 64, 52, 11),
+        ("squeezenet1.0", 64, 26, 0),
+        ("shufflenetv2", 64, 56, 19),
+        ("efficientnet-b0", 64, 81, 16),
+        ("transformer-bert", 8, 0, 0),
+    ],
+)
+def test_zoo_demo_matches_onnxruntime(name: str, res: int, convs: int, depthwise: int) -> None:
+    """Each zoo demo imports into TVM, and TVM's untuned build agrees with ONNX Runtime on the same bytes."""
+    ort = pytest.importorskip("onnxruntime")
+    model = load_model(f"demo:{name}@{res}")
+    transformer = name.startswith("transformer")
+    assert model.inputs[0].shape == ((1, res, 768) if transformer else (1, 3, res, res))
+    assert build_demo(name, res).SerializeToString() == model.data
+    conv_nodes = [n for n in onnx.load_model_from_string(model.data).graph.node if n.op_type == "Conv"]
+    groups = [next((a.i for a in n.attribute if a.name == "group"), 1) for n in conv_nodes]
+    assert (len(conv_nodes), sum(g > 1 for g in groups)) == (convs, depthwise)
+    inputs = model.random_inputs(0)
+    (ours,) = model.reference_outputs(inputs)
+    (theirs,) = ort.InferenceSession(model.data, providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert ours.shape == theirs.shape == ((1, res, 768) if transformer else (1, 1000))
+    assert np.isfinite(ours).all() and theirs.std() > 1e-3
+    assert np.abs(ours - theirs).max() / np.abs(theirs).max() < 1e-4
+
+
+def test_zoo_specs_build() -> None:
+    """Every spec of the schedule-library zoo names a demo at a valid size; ONNX only, no TVM import."""
+    cnns = (
+        "resnet18", "resnet50", "mobilenetv1", "mobilenetv2", "mobilenetv3-small",
+        "squeezenet1.0", "squeezenet1.1", "shufflenetv2", "efficientnet-b0",
+    )
+    assert ZOO == tuple(f"demo:{n}@{r}" for n in cnns for r in (224, 128)) + (
+        "demo:transformer@32", "demo:transformer@128", "demo:transformer-bert@32", "demo:transformer-bert@128",
+    )
+    digests = set()
+    for spec in ZOO:
+        name, res = _parse_demo_spec(spec)
+        assert res is not None
+        model = build_demo(name, res)
+        dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        width = {"transformer": 128, "transformer-bert": 768}.get(name)
+        assert dims == ([1, res, width] if width else [1, 3, res, res]), spec
+        data = model.SerializeToString()
+        digests.add(hashlib.sha256(data).hexdigest())
+        if spec == "demo:squeezenet1.1@128":
+            assert data == build_demo("squeezenet", 128).SerializeToString()  # an alias
+    assert len(digests) == len(ZOO)
+
+
 def test_unknown_demo_name() -> None:
     assert _error_of("demo:resnet19") == (
         "unknown demo model 'demo:resnet19' (did you mean 'demo:resnet18'?); "
-        "available: demo:tiny-cnn, demo:resnet18, demo:mobilenetv1, demo:mobilenetv2, demo:squeezenet, demo:transformer"
+        "available: demo:tiny-cnn, demo:resnet18, demo:mobilenetv1, demo:mobilenetv2, demo:squeezenet, demo:transformer, "
+        "demo:resnet50, demo:mobilenetv3-small, demo:squeezenet1.0, demo:squeezenet1.1, demo:shufflenetv2, "
+        "demo:efficientnet-b0, demo:transformer-bert"
     )
     assert "did you mean" not in _error_of("demo:xyz")
 

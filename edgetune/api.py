@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .deploy.workflow import DeployResult
     from .tuning import ProgressSink, TuneOptions, TuneSummary
 
-#: per-run overrides of profile keys, as the CLI's flags: argument -> (profile section, key, allowed values)
+#: per-run overrides of profile keys, as the CLI's flags: argument -> (profile section, key, allowed values; () = any)
 PROFILE_FLAGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "sampler": ("tuning", "sampler", SAMPLERS),
     "early_stop": ("tuning", "early_stop", EARLY_STOPS),
@@ -42,6 +42,7 @@ PROFILE_FLAGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "exploration": ("tuning", "exploration", EXPLORATIONS),
     "transfer": ("tuning", "transfer", TRANSFERS),
     "graph_optimization": ("tuning", "graph_optimization", GRAPH_OPTIMIZATIONS),
+    "schedules": ("tuning", "schedules", ()),  # auto, off or a library file
     "evaluator": ("measure", "evaluator", EVALUATORS),
 }
 
@@ -80,7 +81,7 @@ def tune_options(
     the defaults of ``profile``, ``tracker`` and ``key``. ``profile`` is a name,
     a TOML file or a :class:`~edgetune.profile.DeviceProfile`. ``flags`` are
     the measurement-reduction overrides (``sampler``, ``early_stop``,
-    ``cost_model``, ``exploration``, ``transfer``, ``evaluator``, ``graph_optimization``; None keeps
+    ``cost_model``, ``exploration``, ``transfer``, ``evaluator``, ``graph_optimization``, ``schedules``; None keeps
     the profile's) and ``overrides`` any other profile keys by section
     (``{"tuning": {"num_trials_per_iter": 8}}``), validated like the file.
     """
@@ -94,7 +95,7 @@ def tune_options(
     if scheduler is not None:
         _check_choice("scheduler", scheduler, TASK_SCHEDULERS)
     for name, value in flags.items():
-        if value is not None:
+        if value is not None and PROFILE_FLAGS[name][2]:
             _check_choice(name, value, PROFILE_FLAGS[name][2])
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 0):
         raise OptionError(f"--trials must be >= 0, got {trials} instead")
@@ -155,6 +156,8 @@ def tune(
     exploration: str | None = None,
     transfer: str | None = None,
     evaluator: str | None = None,
+    graph_optimization: str | None = None,
+    schedules: str | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     progress: "bool | ProgressSink" = False,
     report: bool = True,
@@ -195,7 +198,7 @@ def tune(
         label, profile, board=board_name, inventory=inventory, tracker=tracker, key=key, trials=trials, db=db, out=out,
         evaluate=evaluate, warm_start=warm_start, suggested=suggested, scheduler=scheduler, overrides=overrides,
         sampler=sampler, early_stop=early_stop, cost_model=cost_model, exploration=exploration, transfer=transfer,
-        evaluator=evaluator,
+        evaluator=evaluator, graph_optimization=graph_optimization, schedules=schedules,
     )
     if board is not None and board_name is None:
         options.board = board

@@ -81,7 +81,7 @@ def _add_tune_parser(sub: Any) -> None:
         "--model", "-m", required=True, help="ONNX file, PyTorch .pt2 file (torch.export.save; needs edgetune[torch]), "
         "or a built-in demo: demo:NAME[@RES] with NAME one of tiny-cnn, resnet18, resnet50, mobilenetv1, mobilenetv2, "
         "mobilenetv3-small, squeezenet (1.1), squeezenet1.0, squeezenet1.1, shufflenetv2, efficientnet-b0, "
-        "transformer, transformer-bert (for a transformer @RES is the sequence length)"
+        "transformer, transformer-bert (e.g. demo:resnet18@96; for a transformer @RES is the sequence length)"
     )
     tune.add_argument(
         "--tracker", metavar="HOST:PORT",
@@ -122,6 +122,12 @@ def _add_tune_parser(sub: Any) -> None:
     reduce.add_argument("--exploration", choices=EXPLORATIONS, help="random share of each batch from the forest's uncertainty (contextual) or a fixed 5%% [tuning.exploration]")
     reduce.add_argument("--transfer", choices=TRANSFERS, help="half of each task's first batch replayed from the best schedules of the same operator at other shapes in the history (similar), or none (off) [tuning.transfer]")
     tune.add_argument(
+        "--schedules", metavar="auto|off|FILE",
+        help="start each task from a schedule library: auto (default: the one shipped for the target's CPU family, "
+        "if any), off, or a library file (`edgetune schedules export`); a task whose workload is in it measures the "
+        "library's schedule first, other shapes seed the first batches [tuning.schedules]",
+    )
+    tune.add_argument(
         "--graph-optimization", choices=GRAPH_OPTIMIZATIONS,
         help="full (default): fold batch norms into their convolution or dense layer and fold constants before the "
         "model's kernels are extracted, as ONNX Runtime prepares a graph; none: tune the graph as imported "
@@ -159,6 +165,9 @@ def _add_other_parsers(sub: Any) -> None:
     from .costmodel.cli import add_costmodel_parser
 
     add_costmodel_parser(sub)
+    from .schedules.cli import add_schedules_parser
+
+    add_schedules_parser(sub)
 
 
 def _run_tune(args: argparse.Namespace) -> int:

@@ -139,3 +139,9 @@ class RuntimeBuildError(EdgetuneError, RuntimeError):
     """A board runtime could not be (fully) built on the host: a tool or a source file is missing."""
 
     exit_code = 3
+
+
+class LibraryError(EdgetuneError, ValueError):
+    """A schedule library file is damaged, of another format version, or made by another TVM."""
+
+    exit_code = 2

@@ -7,7 +7,6 @@ line is printed per measured batch so logs stay readable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -117,7 +116,7 @@ class RichProgress(ProgressSink):
             f"tuning wall clock {seconds.tuning_wall:.1f} s",
             highlight=False,
         )
-        for line in _graph_lines(summary.graph):
+        for line in summary.graph_lines() + summary.library_lines():
             console.print(line, highlight=False)
         for line in _savings_lines(summary):
             console.print(line, highlight=False)
@@ -160,20 +159,6 @@ class RichProgress(ProgressSink):
                 )
             console.print(f"artifact: {e2e.artifact}", highlight=False)
         console.print(f"summary: {out_dir / SUMMARY_NAME}; history: {summary.history}", highlight=False)
-
-
-def _graph_lines(graph: dict[str, Any] | None) -> list[str]:
-    """How the graph was prepared and what kernels it left, one line each."""
-    if not graph:
-        return []
-    from .tasks.graph import GraphPass, GraphReport
-    from .tasks.inventory import Kernel, KernelInventory
-
-    report = GraphReport(graph["optimization"], graph["conv_layout"], [GraphPass(**p) for p in graph.get("passes", [])])
-    lines = [report.describe()]
-    if graph.get("kernels"):
-        lines.append(KernelInventory([Kernel(**k) for k in graph["kernels"]["kernels"]]).describe())
-    return lines
 
 
 def _progress_from_summary(summary: TuneSummary) -> TuneProgress:

@@ -1,4 +1,4 @@
-"""Graph preparation: convolutions converted to NHWC compute the same, and the tuned build uses the same layout."""
+"""Graph preparation: batch norms folded as ONNX Runtime would, the kernel inventory, and NHWC convolutions."""
 
 from __future__ import annotations
 
@@ -47,3 +47,186 @@ def test_nhwc_run_delivers_a_matching_model(tmp_path: Path, loopback_board) -> N
     summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=8, board=TrackerBoard(loopback_board)))
     assert summary.end_to_end.outputs_match
     assert any("conv2d" in t.name for t in summary.tasks) and len(summary.tasks) >= 5  # layout transforms are tasks too
+
+
+# --------------------------------------------------------------------------- ONNX Runtime-class preparation (issue 26)
+
+
+def _bn(g_nodes: list, inits: list, rng: np.random.Generator, x: str, channels: int, name: str) -> str:
+    """An inference BatchNormalization with plausible random statistics."""
+    from onnx import helper, numpy_helper
+
+    params = {
+        "g": 1.0 + rng.normal(0, 0.2, channels), "b": rng.normal(0, 0.1, channels),
+        "m": rng.normal(0, 0.2, channels), "v": rng.uniform(0.3, 2.0, channels),
+    }
+    names = []
+    for key, value in params.items():
+        names.append(f"{name}_{key}")
+        inits.append(numpy_helper.from_array(value.astype(np.float32), names[-1]))
+    g_nodes.append(helper.make_node("BatchNormalization", [x, *names], [name], epsilon=1e-3))
+    return name
+
+
+def batch_norm_model() -> bytes:
+    """An ONNX model with every place an exporter leaves a BatchNormalization.
+
+    A conv with bias then BN then Clip (TensorFlow's ReLU6); a depthwise conv
+    without bias, BN, Relu; a conv + BN added to a residual; a BN after a
+    Concat (no layer to fold into); a Gemm followed by a BN over its features.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    nodes: list = []
+    inits: list = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        return name
+
+    def conv(x: str, cin: int, cout: int, name: str, *, bias: bool, group: int = 1) -> str:
+        inputs = [x, const(f"{name}_w", rng.normal(0, np.sqrt(2 / (cin // group * 9)), (cout, cin // group, 3, 3)))]
+        if bias:
+            inputs.append(const(f"{name}_bias", rng.normal(0, 0.1, cout)))
+        nodes.append(helper.make_node("Conv", inputs, [name], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=group))
+        return name
+
+    x = _bn(nodes, inits, rng, conv("input", 3, 8, "c1", bias=True), 8, "bn1")
+    nodes.append(helper.make_node("Clip", [x, const("lo", 0.0), const("hi", 6.0)], ["clip1"]))
+    y = _bn(nodes, inits, rng, conv("clip1", 8, 8, "c2", bias=False, group=8), 8, "bn2")
+    nodes.append(helper.make_node("Relu", [y], ["relu2"]))
+    z = _bn(nodes, inits, rng, conv("relu2", 8, 8, "c3", bias=False), 8, "bn3")
+    nodes.append(helper.make_node("Add", [z, "clip1"], ["res"]))
+    nodes.append(helper.make_node("Concat", ["res", "relu2"], ["cat"], axis=1))
+    w = _bn(nodes, inits, rng, "cat", 16, "bn4")
+    nodes.append(helper.make_node("Relu", [w], ["relu4"]))
+    nodes.append(helper.make_node("GlobalAveragePool", ["relu4"], ["pool"]))
+    nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], axis=1))
+    fc_w, fc_b = const("fc_w", rng.normal(0, 0.3, (10, 16))), const("fc_b", rng.normal(0, 0.1, 10))
+    nodes.append(helper.make_node("Gemm", ["flat", fc_w, fc_b], ["fc"], transB=1))
+    out = _bn(nodes, inits, rng, "fc", 10, "bn5")
+    graph = helper.make_graph(
+        nodes, "bn_model", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 10])], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def tasks_and_inventory(model) -> tuple[list, object]:
+    from edgetune.tasks.inventory import kernel_inventory
+
+    prepared = prepare_for_tuning(model.mod, TARGET)
+    tasks = ms.relax_integration.extract_tasks(prepared, TARGET)
+    return tasks, kernel_inventory(prepared, tasks)
+
+
+def relative_error(ours: np.ndarray, theirs: np.ndarray) -> float:
+    return float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+
+
+def test_onnx_batch_norms_fold_away_and_match_onnx_runtime(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    path = tmp_path / "bn.onnx"
+    path.write_bytes(batch_norm_model())
+    imported = load_model(str(path))
+    model = prepare_graph(imported)
+    passes = {p.name: p for p in model.graph.passes}
+    assert passes["fold-batch-norm"].status == "applied" and passes["fold-batch-norm"].detail == "4 folded"
+    assert passes["decompose-batch-norm"].detail == "1 into elementwise arithmetic"  # the one after the Concat
+    assert "batch_norm" not in model.mod.script()
+    tasks, inventory = tasks_and_inventory(model)
+    assert not [t.task_name for t in tasks if "batch_norm" in t.task_name]
+    assert inventory.foldable == [] and inventory.compute_bound == 4  # three convs and the dense layer
+    before_tasks, before = tasks_and_inventory(prepare_graph(imported, optimization="none"))
+    # as imported: 4 kernels hold the 5 batch norms (the residual one and the one after the Concat share one)
+    assert len([t for t in before_tasks if "batch_norm" in t.task_name]) == 4 and len(before.foldable) == 4
+    assert len(tasks) < len(before_tasks)
+    feeds = model.random_inputs(seed=3)
+    theirs = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert relative_error(model.reference_outputs(feeds)[0], theirs) < 1e-5
+
+
+@pytest.mark.parametrize("spec", ["demo:tiny-cnn", "demo:resnet18@32", "demo:mobilenetv1@32", "demo:mobilenetv2@32", "demo:squeezenet@32"])
+def test_demo_cnns_leave_no_batch_norm_or_unfused_elementwise_kernel(spec: str) -> None:
+    _tasks, inventory = tasks_and_inventory(prepare_graph(load_model(spec)))
+    assert inventory.foldable == [], inventory.describe()
+    assert not [k.name for k in inventory.kernels if "batch_norm" in k.name]
+
+
+def test_the_imported_mobilenetv1_shows_its_unfolded_kernels() -> None:
+    """The check above can fail: the graph as imported has a batch norm + clip pass after every convolution."""
+    _tasks, inventory = tasks_and_inventory(prepare_graph(load_model("demo:mobilenetv1@32"), optimization="none"))
+    assert len(inventory.foldable) == 10 and all("batch_norm" in name for name in inventory.foldable)
+    assert "left unfused: fused_batch_norm" in inventory.describe()
+
+
+def test_inventory_counts_the_kernels_of_a_small_model() -> None:
+    _tasks, inventory = tasks_and_inventory(prepare_graph(load_model("demo:tiny-cnn")))
+    classes = sorted((k.klass, k.kind) for k in inventory.kernels)
+    assert classes == [
+        ("compute", "contraction"), ("compute", "contraction"), ("compute", "contraction"),
+        ("memory", "data-movement"), ("memory", "reduction"),
+    ]
+    assert (inventory.compute_bound, inventory.memory_bound) == (3, 2)
+    assert inventory.describe() == "kernels: 3 compute-bound, 2 memory-bound (1 data-movement, 1 reduction)"
+    transformer = tasks_and_inventory(prepare_graph(load_model("demo:transformer@8")))[1]
+    # four dense layers and the two attention matmuls; layer norm, softmax and the head reshapes move memory
+    assert transformer.compute_bound == 6
+    assert {k.kind for k in transformer.kernels if k.klass == "memory"} == {"reduction", "data-movement"}
+
+
+def test_unknown_graph_optimization_is_rejected() -> None:
+    with pytest.raises(ValueError, match="graph_optimization must be one of full, none, got 'max' instead"):
+        prepare_graph(load_model("demo:tiny-cnn"), optimization="max")
+
+
+def test_a_pass_that_fails_is_skipped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TVM pass raising on a graph it cannot handle leaves the graph as it was before that pass.
+
+    Stands in for a real failure (TVM's passes raise on operators they do not
+    know): the fold is made to raise; the decomposition still removes every
+    batch norm kernel, and the report names the skipped pass and the reason.
+    """
+    from edgetune.tasks import graph
+
+    def broken(mod):
+        raise RuntimeError("Check failed: op relax.nn.batch_norm has no FInferLayout\nmore lines")
+
+    monkeypatch.setattr(graph, "fold_batch_norms", broken)
+    model = prepare_graph(load_model("demo:mobilenetv1@32"))
+    passes = {p.name: p for p in model.graph.passes}
+    assert passes["fold-batch-norm"].status == "skipped"
+    assert passes["fold-batch-norm"].detail == "RuntimeError: Check failed: op relax.nn.batch_norm has no FInferLayout"
+    assert passes["decompose-batch-norm"].status == "applied"
+    assert "fold-batch-norm skipped: RuntimeError: Check failed" in model.graph.describe()
+    _tasks, inventory = tasks_and_inventory(model)
+    assert inventory.foldable == []
+    x = model.random_inputs(0)["input"]
+    imported = load_model("demo:mobilenetv1@32")
+    np.testing.assert_allclose(run(model.mod, x), run(imported.mod, x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.integration
+def test_a_skipped_pass_still_tunes_and_the_summary_says_why(tmp_path: Path, loopback_board, monkeypatch) -> None:
+    from edgetune.board.base import TrackerBoard
+    from edgetune.profile import load_profile
+    from edgetune.tasks import graph
+    from edgetune.tuning import TuneOptions, run_tune
+
+    def broken(mod):
+        raise RuntimeError("InternalError: cannot fold")
+
+    monkeypatch.setattr(graph, "fold_batch_norms", broken)
+    monkeypatch.setattr(graph, "_decompose_batch_norms", broken)
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key})
+    summary = run_tune(TuneOptions(profile=profile, model="demo:mobilenetv1@32", out_dir=tmp_path, trials=4, board=TrackerBoard(loopback_board)))
+    assert summary.end_to_end.outputs_match
+    skipped = {p["name"]: p["detail"] for p in summary.graph["passes"] if p["status"] == "skipped"}
+    assert skipped == {"fold-batch-norm": "RuntimeError: InternalError: cannot fold",
+                       "decompose-batch-norm": "RuntimeError: InternalError: cannot fold"}
+    assert len(summary.graph["kernels"]["foldable"]) == 10  # the graph as imported, and the inventory says so

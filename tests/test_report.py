@@ -124,8 +124,13 @@ def test_task_table_matches_the_summary(tuned):
     rows = table_rows(page_of(tuned), "tasks")
     assert len(rows) == len(summary.tasks) == 5
     for row, task in zip(rows, summary.tasks):
-        index, name, weight, before, this_run, best, default, speedup, kept = row
+        index, name, kernel, weight, before, this_run, best, default, speedup, kept, library = row
+        assert close(library, task.library_latency_us)
         assert (int(index), name, float(weight)) == (task.index, task.name, task.weight)
+        if "conv2d" in name or "matmul" in name:
+            assert kernel == "compute", (name, kernel)
+        else:
+            assert kernel.startswith("memory: "), (name, kernel)
         assert (int(before), int(this_run)) == (task.trials_before, task.trials_this_run)
         assert close(best, task.best_latency_us) and close(default, task.default_latency_us)
         assert kept == ("yes" if task.kept_default else "no")
@@ -138,6 +143,8 @@ def test_status_and_session_match_the_summary(tuned):
     page = page_of(tuned)
     e2e = summary.end_to_end
     assert "completed" in page and f"tuned {e2e.tuned_ms:.3f} ms" in page and f"untuned {e2e.untuned_ms:.3f} ms" in page
+    assert f"inside the tuned kernels {e2e.tuned_kernels_ms:.3f} ms" in page
+    assert "kernels: 3 compute-bound, 2 memory-bound" in page
     (session,) = table_rows(page, "sessions")
     assert session[0] == "S1" and int(session[2]) == summary.trials.this_run
     assert close(session[3], round(summary.seconds.tuning_wall, 1))

@@ -65,6 +65,14 @@ def test_tune_writes_artifact_summary_and_history(tuned_run):
     # live progress and the final report reached the user
     assert "fused_conv2d" in result.stderr and "overall:" in result.stderr
     assert "end to end on the device" in result.stdout
+    # the prepared graph and its kernels: two conv+bias+relu and a dense layer; a mean and a reshape
+    graph = summary["graph"]
+    assert graph["optimization"] == "full" and [p["name"] for p in graph["passes"]][:2] == ["fold-constants", "fold-batch-norm"]
+    assert (graph["kernels"]["compute_bound"], graph["kernels"]["memory_bound"], graph["kernels"]["foldable"]) == (3, 2, [])
+    assert "kernels: 3 compute-bound, 2 memory-bound" in result.stdout
+    kernels_ms = sum(t["weight"] * t["best_latency_us"] for t in summary["tasks"]) / 1e3
+    assert e2e["tuned_kernels_ms"] == pytest.approx(kernels_ms)
+    assert "inside the tuned kernels:" in result.stdout
 
 
 def test_rerun_resumes_without_measuring_again(tuned_run, loopback_board):

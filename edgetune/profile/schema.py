@@ -140,6 +140,8 @@ class TuningSettings:
     conv_layout: str = "as-is"
     # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
     graph_optimization: str = "full"
+    # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
+    schedules: str = "auto"
     minor_task_share: float = 0.01
     minor_task_trials: int = 2
     # measure each task's untuned code (its default schedule) as one trial before the search, so the
@@ -327,6 +329,7 @@ SECTIONS: dict[str, dict[str, _Spec]] = {
         "transfer": _string(TRANSFERS, default="similar"),
         "conv_layout": _string(CONV_LAYOUTS, default="as-is"),
         "graph_optimization": _string(GRAPH_OPTIMIZATIONS, default="full"),
+        "schedules": _nonempty_string(default="auto"),
         "minor_task_share": _number(at_least=0, default=0.01),
         "minor_task_trials": _integer(1, default=2),
         "default_schedule": _boolean(True),

@@ -82,6 +82,11 @@ def _status(data: RunData) -> str:
     if e2e and e2e.tuned_latency and e2e.untuned_latency:
         speedup = f" (x{e2e.speedup:.2f})" if math.isfinite(e2e.speedup) else ""
         bits.append(f"end to end: untuned {e2e.untuned_ms:.3f} ms, tuned {e2e.tuned_ms:.3f} ms{speedup}, delivered: {e2e.delivered}")
+        if e2e.tuned_kernels_ms:
+            bits.append(
+                f"inside the tuned kernels {e2e.tuned_kernels_ms:.3f} ms, outside them {e2e.outside_kernels_share:.0%} "
+                "of the tuned model (dispatch, allocation, launches)"
+            )
     else:
         bits.append("no end-to-end measurement in the last session (interrupted, or --no-evaluate)")
     return f'<p class="status">{badge} &middot; ' + " &middot; ".join(_e(b) for b in bits) + "</p>"
@@ -95,6 +100,8 @@ def _facts(summary: TuneSummary) -> str:
         ("board", f"{summary.board.label}, key {summary.board.key}" if summary.board else "-"),
         ("history", summary.history or "-"),
         ("search", _search_text(summary)),
+        ("graph", "; ".join(summary.graph_lines()) or "-"),
+        ("schedule library", "; ".join(summary.library_lines()) or "-"),
         ("last session", f"{summary.date}, edgetune {summary.edgetune_version}, TVM {summary.tvm_version}"),
     ]
     return '<table class="facts">' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
@@ -130,19 +137,27 @@ def _sessions_table(sessions: Sequence[Session]) -> str:
 
 
 def _tasks_table(summary: TuneSummary) -> str:
-    head = ["#", "task", "weight", "trials before", "trials this run", "best (us)", "untuned (us)", "speedup", "kept untuned"]
-    numeric = {0, 2, 3, 4, 5, 6, 7}
+    head = [
+        "#", "task", "kernel", "weight", "trials before", "trials this run", "best (us)", "untuned (us)", "speedup",
+        "kept untuned", "library (us)",
+    ]
+    numeric = {0, 3, 4, 5, 6, 7, 8, 10}
+    classes = summary.kernel_classes()
     rows = []
     for task in summary.tasks:
         best, default = task.best_latency_us, task.default_latency_us
         speedup = default / best if best and default else None
         rows.append([
-            str(task.index), task.name, f"{task.weight:g}", str(task.trials_before), str(task.trials_this_run),
+            str(task.index), task.name, classes.get(task.name, "-"), f"{task.weight:g}", str(task.trials_before), str(task.trials_this_run),
             _num(best), _num(default), f"x{speedup:.2f}" if speedup else "-", "yes" if task.kept_default else "no",
+            _num(task.library_latency_us),
         ])
     caption = (
         "<p>Best and untuned latencies are each task's mean run time on the device; "
-        "<em>kept untuned</em>: no tuned candidate beat the task's default code, so the delivered model keeps it.</p>"
+        "<em>kept untuned</em>: no tuned candidate beat the task's default code, so the delivered model keeps it; "
+        "<em>kernel</em>: compute-bound (convolutions, dense layers, matmuls) or memory-bound, and what kind; "
+        "<em>library</em>: the schedule library's schedule of this exact workload as measured on this board, "
+        "where the task started from it.</p>"
     )
     return caption + _table(head, rows, numeric, table_id="tasks")
 

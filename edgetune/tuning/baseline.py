@@ -16,7 +16,7 @@ import tvm.s_tir.meta_schedule as ms
 
 from ..search.default_schedule import default_schedule, is_default_trace
 
-__all__ = ["default_schedule", "is_default_trace", "measure_defaults"]
+__all__ = ["default_schedule", "is_default_trace", "measure_candidates", "measure_defaults"]
 
 
 def measure_defaults(contexts: list[Any], wanted: list[int], builder: Any, runner: Any) -> dict[int, tuple[Any, Any, Any]]:
@@ -25,10 +25,16 @@ def measure_defaults(contexts: list[Any], wanted: list[int], builder: Any, runne
     Returns ``{task index: (candidate, builder result, runner result)}`` for
     the measure callbacks; a failed build comes back with its error, unmeasured.
     """
-    candidates, built = [], []
+    candidates = {}
     for i in wanted:
         mod = contexts[i].mod
-        candidates.append(ms.MeasureCandidate(default_schedule(mod), ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True)))
+        candidates[i] = ms.MeasureCandidate(default_schedule(mod), ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True))
+    return measure_candidates(contexts, candidates, builder, runner)
+
+
+def measure_candidates(contexts: list[Any], by_task: dict[int, Any], builder: Any, runner: Any) -> dict[int, tuple[Any, Any, Any]]:
+    """Build and measure one candidate per task (``{task index: MeasureCandidate}``) as one batch, before the search."""
+    wanted, candidates = list(by_task), list(by_task.values())
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, contexts[i].target) for i, c in zip(wanted, candidates)])
     to_run = [
         ms.runner.RunnerInput(b.artifact_path, contexts[i].target.kind.name, c.args_info)

@@ -52,7 +52,8 @@ from ..tasks.graph import prepare_graph
 from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
 
-from .baseline import is_default_trace, measure_defaults
+from ..schedules.use import LibraryChoice, choose_library, library_candidate
+from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
 from .callbacks import RecordAndReport
@@ -147,6 +148,8 @@ class _Run:
     awaits: bool | None = None
     warm: WarmStartReport = field(default_factory=WarmStartReport)
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
+    library: LibraryChoice | None = None  # the schedule library this run starts from (tuning.schedules)
+    library_candidates: dict[int, Any] = field(default_factory=dict)  # task index -> the library's schedule to measure first
     defaults_measured: int = 0
     measured_outside: dict[str, int] = field(default_factory=dict)  # per task, measured before the search (its default)
     task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
@@ -276,6 +279,9 @@ class TuningPipeline:
 
         def seeds(context: Any, limit: int) -> list[Any]:
             records = [record for record, _board in run.history.successful_records(run.target, limit=2000)]
+            library = run.library.library if run.library is not None else None
+            if library is not None:  # other shapes of the same operator from the library join the history's
+                records += library.tuning_records(run.target, signature=operator_signature(context.mod))
             similar = best_similar_records(records, context.mod, operator_signature)
             return transferred_candidates(context, similar, limit)
 
@@ -394,12 +400,15 @@ class TuningPipeline:
             run = _Run(target, model, out_dir, board, address, history, self.plan_tasks(history, target, model))
             run.cost_model = self.make_cost_model()
             self.make_contexts(run)
+            self.choose_library(run)
             cache = CandidateCache()
             for ctx, task in zip(run.contexts, run.progress.tasks):
                 cache.add_history(history, ctx.mod, target)
                 stored = cache.default_run_secs(ctx.mod)
                 if stored is not None:
                     task.default_sec = _mean_or_none(stored)
+                elif task.index in run.library_candidates:
+                    pass  # the library's schedule is measured instead: it was tuned to beat the default
                 elif self.profile.tuning.default_schedule and str(target.kind.name) == "llvm":
                     # off: the search starts at once. GPU targets' untuned code is TVM's default GPU
                     # schedule (dlight), not the unscheduled function, so there is no trace to measure.
@@ -475,7 +484,8 @@ class TuningPipeline:
                     self.sink.on_phase(progress)
                 if self.stop.event.is_set():
                     raise StopRequested("stop requested during the warm start")
-                search_budget = plan.remaining - len(run.defaults_to_measure)
+                self.measure_library_schedules(run)
+                search_budget = plan.remaining - len(run.defaults_to_measure) - len(run.library_candidates)
                 if search_budget <= 0:
                     return
                 run.scheduler = self.make_task_scheduler(run)
@@ -531,6 +541,38 @@ class TuningPipeline:
         for task in tasks:
             if model and task.weight * task.default_sec < tuning.minor_task_share * model:
                 run.task_caps[task.name] = tuning.minor_task_trials
+
+    def choose_library(self, run: _Run) -> None:
+        """The schedule library (tuning.schedules) and, per task new to the history, its exact-workload schedule."""
+        run.library = choose_library(self.profile.tuning.schedules, run.target)
+        if run.library.message:
+            announce(self.sink, run.plan.remaining, run.library.message)
+        library = run.library.library
+        if library is None or run.plan.remaining <= 0:
+            return
+        for index, ctx in enumerate(run.contexts):
+            if run.plan.previous[index] == 0:  # a task the history already holds resumes from its own records
+                candidate = library_candidate(ctx, library)
+                if candidate is not None:
+                    run.library_candidates[index] = candidate
+        run.library_candidates = dict(list(run.library_candidates.items())[: run.plan.remaining])
+
+    def measure_library_schedules(self, run: _Run) -> None:
+        """Each covered task's library schedule, measured on the board as its first trial and stored."""
+        if not run.library_candidates:
+            return
+        run.progress.phase = f"measuring the schedule library's schedules of {len(run.library_candidates)} tasks"
+        self.sink.on_phase(run.progress)
+        measured = measure_candidates(run.contexts, run.library_candidates, run.builder, run.runner)
+        record = run.callbacks[0]
+        for index, (candidate, built, ran) in measured.items():
+            name = run.progress.tasks[index].name
+            run.measured_outside[name] = run.measured_outside.get(name, 0) + 1
+            if built.error_msg is None and ran.error_msg is None and ran.run_secs:
+                run.library.exact[name] = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
+            record.record(index, [candidate], [built], [ran])
+        run.progress.phase = "tuning"
+        self.sink.on_phase(run.progress)
 
     def measure_default_schedules(self, run: _Run) -> None:
         """Each task's untuned code, measured once and stored: the search must beat it to replace it."""
@@ -603,11 +645,13 @@ class TuningPipeline:
             suggested=with_applied(run.suggested, run.search_report, run.contexts),
             interrupted=run.interrupted,
             tasks=[
-                _task_result(t, _kept_default(run, i), run.task_caps.get(t.name), str(tvm_ffi.structural_hash(run.contexts[i].mod)))
+                _task_result(t, _kept_default(run, i), run.task_caps.get(t.name), str(tvm_ffi.structural_hash(run.contexts[i].mod)),
+                             run.library.exact.get(t.name) if run.library is not None else None)
                 for i, t in enumerate(progress.tasks)
             ],
             curve=[point.to_dict() for point in progress.curve],
             graph=_graph_info(run.model, plan.inventory),
+            schedules=run.library.to_dict() if run.library is not None else None,
         )
 
 
@@ -635,7 +679,9 @@ def _kept_default(run: _Run, index: int) -> bool:
     return best is not None and is_default_trace(best.trace)
 
 
-def _task_result(task: TaskProgress, kept_default: bool, cap: int | None, workload_hash: str = "") -> TaskResult:
+def _task_result(
+    task: TaskProgress, kept_default: bool, cap: int | None, workload_hash: str = "", library_us: float | None = None
+) -> TaskResult:
     return TaskResult(
         index=task.index,
         name=task.name,
@@ -650,6 +696,7 @@ def _task_result(task: TaskProgress, kept_default: bool, cap: int | None, worklo
         kept_default=kept_default,
         trial_cap=cap,
         workload_hash=workload_hash,
+        library_latency_us=library_us,
     )
 
 

@@ -85,6 +85,8 @@ class TaskResult:
     kept_default: bool = False  # no tuned candidate beat the untuned code: the delivered model keeps it
     trial_cap: int | None = None  # a minor task (tuning.minor_task_share): at most this many measured
     workload_hash: str = ""  # structural hash of the task's module, as the history stores it (its workload shash)
+    # the schedule library's schedule of this exact workload, as measured on this board (None: the task did not start from it)
+    library_latency_us: float | None = None
 
 
 @dataclass
@@ -145,6 +147,44 @@ class TuneSummary:
     end_to_end: EndToEnd | None = None
     # how the graph was prepared (tasks.graph.GraphReport) and its kernels by class (tasks.inventory), under "kernels"
     graph: dict[str, Any] | None = None
+    # the schedule library this run started from (schedules.use.LibraryChoice.to_dict); None for older summaries
+    schedules: dict[str, Any] | None = None
+
+    def graph_lines(self) -> list[str]:
+        """How the graph was prepared and what kernels it left, one line each (empty for older summaries)."""
+        if not self.graph:
+            return []
+        from ..tasks.graph import GraphPass, GraphReport
+        from ..tasks.inventory import Kernel, KernelInventory
+
+        graph = self.graph
+        passes = [GraphPass(**p) for p in graph.get("passes", [])]
+        lines = [GraphReport(graph["optimization"], graph["conv_layout"], passes).describe()]
+        if graph.get("kernels"):
+            lines.append(KernelInventory([Kernel(**k) for k in graph["kernels"]["kernels"]]).describe())
+        return lines
+
+    def kernel_classes(self) -> dict[str, str]:
+        """Task name -> its kernel class ("compute" / "memory: elementwise", ...), from the graph's inventory."""
+        kernels = (self.graph or {}).get("kernels") or {}
+        return {
+            k["name"]: "compute" if k["klass"] == "compute" else f"memory: {k['kind']}" for k in kernels.get("kernels", [])
+        }
+
+    def library_lines(self) -> list[str]:
+        """Which schedule library the run used and how its schedules compare with the final bests."""
+        lib = self.schedules or {}
+        lines = [lib["message"]] if lib.get("message") else []
+        started = [t for t in self.tasks if t.library_latency_us is not None]
+        if started:
+            ratios = sorted(t.best_latency_us / t.library_latency_us for t in started if t.best_latency_us)
+            median = ratios[len(ratios) // 2] if ratios else float("nan")
+            lines.append(
+                f"{len(started)} of {len(self.tasks)} tasks started from the library's schedule of their exact workload; "
+                f"final best / library schedule on this board: median {median:.2f}, "
+                f"{sum(r < 0.995 for r in ratios)} improved on it by tuning"
+            )
+        return lines
 
     def kernels_ms(self) -> float | None:
         """Sum over tasks of weight x best latency in ms; None unless every task has a measured best."""

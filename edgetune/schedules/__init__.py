@@ -1,0 +1,11 @@
+"""Schedule libraries: tuned schedules per CPU family, built from a zoo, shipped, and used to start every tune.
+
+``family`` names the CPU family of a target; ``library`` reads and writes the
+versioned file; ``use`` picks a library for a run and replays its schedules;
+``build`` tunes a zoo into a history and exports the library from it.
+"""
+
+from .family import CpuFamily, family_of
+from .library import LIBRARY_FORMAT, LIBRARY_VERSION, ScheduleLibrary, export_library, load_library
+
+__all__ = ["CpuFamily", "LIBRARY_FORMAT", "LIBRARY_VERSION", "ScheduleLibrary", "export_library", "family_of", "load_library"]

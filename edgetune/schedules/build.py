@@ -1,0 +1,89 @@
+"""Build a schedule library: tune a zoo of models through the product pipeline into one history, then export it.
+
+Many hours of tuning on a 2-core host, so it is resumable: the history is
+the working store. Every model is tuned by :func:`edgetune.tuning.run_tune`
+(what ``edgetune tune`` runs) with ``--no-evaluate``, each task capped at the
+budget per workload (``tuning.max_trials_per_task``), and a workload shared by
+several models is tuned once. Interrupted (Ctrl-C, a closed session), the
+same command resumes where the history stops; models whose tasks all have
+their budget are skipped at once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import OptionError
+from .library import DEFAULT_TOP_K, ScheduleLibrary, export_library
+
+
+@dataclass
+class ModelBuilt:
+    spec: str
+    tasks: int
+    trials_this_run: int
+    in_history_before: int
+    seconds: float
+
+
+def build_library(
+    zoo: Sequence[str],
+    profile: Any,
+    db: str,
+    *,
+    budget_per_workload: int,
+    work_dir: Path,
+    out: Path | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    tracker: str | None = None,
+    key: str | None = None,
+    say: Callable[[str], None] = print,
+) -> tuple[list[ModelBuilt], ScheduleLibrary | None]:
+    """Tune every model of ``zoo`` at ``budget_per_workload`` trials per task into ``db``; export to ``out``.
+
+    ``tracker``/``key`` name a board (farm) to measure on; without them the loopback board of this host.
+    """
+    from ..tuning import TuneOptions, TuningPipeline, run_tune
+
+    if budget_per_workload < 1:
+        raise OptionError(f"--budget must be >= 1 trial per workload, got {budget_per_workload} instead")
+    if not zoo:
+        raise OptionError("the zoo must name at least one model, got none instead")
+    # tuned from scratch, each task capped at the budget: the library must not depend on a library
+    profile = profile.with_overrides(tuning={"max_trials_per_task": budget_per_workload, "schedules": "off"})
+    built = []
+    for number, spec in enumerate(zoo, start=1):
+        out_dir = work_dir / _safe(spec)
+        options = TuneOptions(profile=profile, model=spec, out_dir=out_dir, db=db, evaluate=False, tracker=tracker, key=key)
+        pipeline = TuningPipeline(options)
+        target, model = pipeline.check_inputs()
+        tasks = len(pipeline.extract_tasks(target, model))
+        options.trials = budget_per_workload * tasks
+        say(f"[{number}/{len(zoo)}] {spec}: {tasks} tasks, up to {options.trials} trials")
+        started = time.monotonic()
+        summary = run_tune(options)
+        built.append(ModelBuilt(spec, tasks, summary.trials.this_run, summary.trials.in_history_before,
+                                time.monotonic() - started))
+        say(
+            f"[{number}/{len(zoo)}] {spec}: {summary.trials.this_run} trials this run, "
+            f"{summary.trials.in_history_before} in the history before, {built[-1].seconds:.0f} s"
+        )
+    library = None
+    if out is not None:
+        from ..history import open_history
+
+        history = open_history(db, read_only=True)
+        try:
+            library = export_library(history, out, profile.tvm_target(), top_k=top_k,
+                                     budget_per_workload=budget_per_workload, zoo=zoo)
+        finally:
+            history.close()
+        say(f"wrote {out}: {len(library.workloads)} workloads")
+    return built, library
+
+
+def _safe(spec: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in spec.removeprefix("demo:"))

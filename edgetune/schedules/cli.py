@@ -1,0 +1,119 @@
+"""``edgetune schedules build|export|import|info``: make, move and describe schedule libraries."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+EPILOG = """examples:
+  edgetune schedules build --profile host --budget 32 --db zoo.db --out host.schedules.gz   # hours; resumable
+  edgetune schedules build --profile host --budget 8 --db try.db --out try.schedules.gz --zoo demo:resnet18@128
+  edgetune schedules export --db history.db --profile host team.schedules.gz
+  edgetune schedules import team.schedules.gz --db postgresql://tuner@db-host/edgetune
+  edgetune schedules info team.schedules.gz
+  edgetune tune --profile host --model net.onnx --schedules team.schedules.gz
+
+A library holds each workload's best few traces (not compiled code), the CPU
+family they were tuned for (x86-64-avx2, x86-64-avx512, aarch64-neon, ...),
+the target and board that measured them and the TVM that made them. `tune`
+uses the library shipped for the target's family by default (--schedules
+auto); a library of another family or TVM is said in one line and not used.
+"""
+
+
+def add_schedules_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "schedules", help="build, export, import and describe schedule libraries (tuned schedules to start from)",
+        description="Schedule libraries: the best tuned schedules per workload for a CPU family, so that a tune "
+        "starts where others finished.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="schedules_command", metavar="ACTION")
+    actions.required = True
+    build = actions.add_parser(
+        "build", help="tune a zoo of models into a history and export the library (resumable)",
+        description="Tune every model of the zoo through the same pipeline as `edgetune tune` (no end-to-end "
+        "evaluation), each task capped at --budget trials, into the history --db, then write the library. "
+        "Run the same command again to resume an interrupted build.",
+    )
+    build.add_argument("--profile", "-p", default="host", help="device profile (default: host)")
+    build.add_argument("--db", required=True, metavar="URL", help="the history that is the build's working store")
+    build.add_argument("--budget", type=int, required=True, help="measured trials per unique workload")
+    build.add_argument("--out", metavar="FILE", help="library file to write at the end (default: none, tune only)")
+    build.add_argument("--zoo", nargs="+", metavar="SPEC", help="models to tune (default: edgetune's zoo, see `schedules info`)")
+    build.add_argument("--work", metavar="DIR", default="edgetune-out/schedules-build", help="run directories")
+    build.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board(s) (default: the loopback board)")
+    build.add_argument("--key", help="device key at the tracker")
+    build.set_defaults(func=_build)
+    export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")
+    export.add_argument("file", metavar="FILE")
+    export.add_argument("--db", required=True, metavar="URL")
+    export.add_argument("--profile", "-p", default="host", help="whose target's records are exported (default: host)")
+    export.add_argument("--top-k", type=int, default=3, help="schedules kept per workload (default 3)")
+    export.add_argument("--budget", type=int, help="the budget per workload the history was tuned at (recorded in the file)")
+    export.set_defaults(func=_export)
+    imp = actions.add_parser("import", help="add a library's schedules to a history (e.g. a team's PostgreSQL history)")
+    imp.add_argument("file", metavar="FILE")
+    imp.add_argument("--db", required=True, metavar="URL")
+    imp.set_defaults(func=_import)
+    info = actions.add_parser("info", help="describe a library (or the shipped ones, and the zoo)")
+    info.add_argument("file", metavar="FILE", nargs="?", help="library file (default: every library shipped with edgetune)")
+    info.set_defaults(func=_info)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from ..profile import load_profile
+    from ..tasks.demo import ZOO
+    from .build import build_library
+
+    build_library(list(args.zoo or ZOO), load_profile(args.profile), args.db, budget_per_workload=args.budget,
+                  work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ..history import open_history
+    from ..profile import load_profile
+    from .library import export_library
+
+    history = open_history(args.db, read_only=True)
+    try:
+        library = export_library(history, args.file, load_profile(args.profile).tvm_target(), top_k=args.top_k,
+                                 budget_per_workload=args.budget)
+    finally:
+        history.close()
+    size = Path(args.file).stat().st_size
+    print(f"wrote {args.file}: {len(library.workloads)} workloads, {sum(len(w.schedules) for w in library.workloads)} "
+          f"schedules, {size / 1024:.0f} KiB, family {library.family}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from ..history import open_history
+    from .library import import_library, load_library
+
+    library = load_library(args.file)
+    history = open_history(args.db)
+    try:
+        added, skipped = import_library(history, library)
+    finally:
+        history.close()
+    print(f"imported {args.file} into {args.db}: {added} schedules added, {skipped} already there "
+          f"({len(library.workloads)} workloads, family {library.family})")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from ..tasks.demo import ZOO
+    from .library import load_library
+    from .use import shipped_libraries
+
+    paths = [Path(args.file)] if args.file else shipped_libraries()
+    if not paths:
+        print("no schedule library is shipped with this edgetune")
+    for path in paths:
+        for line in load_library(path).describe():
+            print(line)
+    if not args.file:
+        print("edgetune's zoo (`schedules build` default): " + ", ".join(ZOO))
+    return 0

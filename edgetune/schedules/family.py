@@ -1,0 +1,71 @@
+"""The CPU family a schedule library was built for, and whether a target belongs to it.
+
+A library's traces are tuned for a vector ISA, not for one CPU name: an AVX2
+library serves every x86-64 CPU with AVX2 and FMA and no AVX-512 (Haswell to
+Zen 3); an AVX-512 CPU is its own family (wider vectors, other tiles). The
+family is read from the target's CPU features as LLVM reports them, not from
+its ``mcpu`` name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: (family name, architecture, required LLVM features); the first a target satisfies is its family
+FAMILIES: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("x86-64-avx512", "x86_64", frozenset({"avx512f", "avx512bw", "avx512vl", "fma"})),
+    ("x86-64-avx2", "x86_64", frozenset({"avx2", "fma"})),
+    ("x86-64", "x86_64", frozenset()),
+    ("aarch64-dotprod", "aarch64", frozenset({"neon", "dotprod"})),
+    ("aarch64-neon", "aarch64", frozenset({"neon"})),
+    ("aarch64", "aarch64", frozenset()),
+)
+
+
+@dataclass(frozen=True)
+class CpuFamily:
+    """A target's CPU as far as schedules care: architecture, vector family, and the features behind it."""
+
+    name: str  # e.g. "x86-64-avx2"
+    arch: str  # "x86_64", "aarch64", or the target kind for non-CPU targets
+    mcpu: str  # the target's mcpu ("" when it names none): informative only
+    features: tuple[str, ...]  # the family's required features the target has
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arch": self.arch, "mcpu": self.mcpu, "features": list(self.features)}
+
+
+def family_of(target: Any) -> CpuFamily:
+    """The family of a TVM target (an llvm target's triple and CPU features; other kinds are their own family)."""
+    kind = str(target.kind.name)
+    if kind != "llvm":
+        device = str(target.attrs.get("device", "") or target.attrs.get("arch", "") or "")
+        return CpuFamily(f"{kind}-{device}" if device else kind, kind, "", ())
+    triple = str(target.attrs.get("mtriple", "") or "")
+    mcpu = str(target.attrs.get("mcpu", "") or "")
+    arch = _arch_of(triple)
+    features = _llvm_features(target)
+    for name, family_arch, required in FAMILIES:
+        if family_arch == arch and required <= features:
+            return CpuFamily(name, arch, mcpu, tuple(sorted(required)))
+    return CpuFamily(arch, arch, mcpu, ())
+
+
+def _arch_of(triple: str) -> str:
+    if triple:
+        head = triple.split("-", 1)[0]
+    else:
+        import platform
+
+        head = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(head, head)
+
+
+def _llvm_features(target: Any) -> frozenset[str]:
+    from tvm.target import codegen
+
+    try:
+        return frozenset(str(f) for f in codegen.llvm_get_cpu_features(target))
+    except Exception:  # noqa: BLE001 - an LLVM without this target's backend: no features known
+        return frozenset()

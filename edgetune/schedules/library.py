@@ -1,0 +1,388 @@
+"""A schedule library: the best few tuned schedules per workload, for a CPU family, in one versioned file.
+
+AutoTVM's TopHub, for MetaSchedule: a user starts from schedules others tuned
+instead of from random ones. The file is gzip-compressed JSON lines:
+
+* a header: ``format`` (:data:`LIBRARY_FORMAT`), ``version``
+  (:data:`LIBRARY_VERSION`), the TVM and edgetune versions that made it, the
+  CPU family (:mod:`edgetune.schedules.family`), the budget per workload, the
+  zoo it was built from and when;
+* one ``workload`` line per workload: its structural hash, the module
+  (``tvm.ir.save_json``), its operator signature and FLOPs;
+* one ``schedule`` line per kept trace (the best ``top_k`` of each workload):
+  the trace, the mean latency and GFLOPS as measured, the target and board
+  that measured it, and how many records the workload had (the budget it got).
+
+Traces are stored, never compiled code: a tune measures a library schedule
+on its own board before relying on it (:mod:`edgetune.schedules.use`).
+Loading checks the format, version and TVM version and every line: a file
+that fails is a one-line :class:`~edgetune.errors.LibraryError`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..errors import LibraryError
+
+LIBRARY_FORMAT = "edgetune-schedules"
+LIBRARY_VERSION = 1
+#: how many of each workload's fastest distinct traces a library keeps
+DEFAULT_TOP_K = 3
+
+
+@dataclass
+class LibrarySchedule:
+    """One tuned trace of a workload, with what it measured where."""
+
+    trace_json: Any  # the trace as ``Trace.as_json()``
+    latency_us: float
+    gflops: float | None
+    target_json: str  # the target it was measured on
+    board: str  # the board id (tracker key) that measured it
+    records: int  # how many records the workload had when exported (its tuning budget so far)
+
+
+@dataclass
+class LibraryWorkload:
+    shash: str  # tvm_ffi.structural_hash of the module, as a string
+    mod_json: str
+    signature: list[str]  # operator signature: block names (edgetune.tasks.signature)
+    flops: float
+    schedules: list[LibrarySchedule] = field(default_factory=list)
+
+    _mod: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def mod(self) -> Any:
+        if self._mod is None:
+            import tvm
+
+            self._mod = tvm.ir.load_json(self.mod_json)
+        return self._mod
+
+    def trace(self, schedule: LibrarySchedule) -> Any:
+        """``schedule``'s trace, rebuilt by replaying its JSON on this workload (how MetaSchedule's databases read one)."""
+        from tvm.s_tir import Schedule, Trace
+
+        sch = Schedule(self.mod, debug_mask="none")
+        Trace.apply_json_to_schedule(schedule.trace_json, sch)
+        return sch.trace
+
+
+@dataclass
+class ScheduleLibrary:
+    """A loaded library: its header and its workloads."""
+
+    header: dict[str, Any]
+    workloads: list[LibraryWorkload]
+    path: str = ""
+    _traces: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def family(self) -> str:
+        return str(self.header.get("family", {}).get("name", "?"))
+
+    def find(self, mod: Any) -> LibraryWorkload | None:
+        """The library's entry for exactly this workload (structural hash, then structural equality)."""
+        import tvm_ffi
+
+        shash = str(tvm_ffi.structural_hash(mod))
+        for workload in self.workloads:
+            if workload.shash == shash and tvm_ffi.structural_equal(workload.mod, mod):
+                return workload
+        return None
+
+    def tuning_records(self, target: Any, signature: Any = None) -> list[Any]:
+        """The schedules as MetaSchedule ``TuningRecord``s on ``target`` (for transfer to similar shapes).
+
+        ``signature``: only workloads of that operator signature (replaying every trace costs time).
+        A trace that no longer replays on its own workload is left out.
+        """
+        import tvm.s_tir.meta_schedule as ms
+
+        out = []
+        for workload in self.workloads:
+            if signature is not None and tuple(workload.signature) != tuple(signature):
+                continue
+            entry = ms.database.Workload(workload.mod)
+            for schedule in workload.schedules:
+                key = (id(workload), id(schedule))
+                if key not in self._traces:
+                    try:
+                        self._traces[key] = workload.trace(schedule)
+                    except Exception:  # noqa: BLE001 - TVM raises its own errors for a trace that does not replay
+                        self._traces[key] = None
+                if self._traces[key] is not None:
+                    out.append(ms.database.TuningRecord(self._traces[key], entry, [schedule.latency_us * 1e-6], target, None))
+        return out
+
+    def describe(self) -> list[str]:
+        """What ``edgetune schedules info`` prints: where the numbers came from, and what the library covers."""
+        h = self.header
+        family = h.get("family", {})
+        n_schedules = sum(len(w.schedules) for w in self.workloads)
+        boards = sorted({s.board for w in self.workloads for s in w.schedules})
+        by_op: dict[str, int] = defaultdict(int)
+        for workload in self.workloads:
+            by_op[_operator(workload.signature)] += 1
+        lines = [
+            f"{self.path or 'library'}: {LIBRARY_FORMAT} version {h.get('version')}, "
+            f"made by edgetune {h.get('edgetune_version')} with TVM {h.get('tvm_version')} on {h.get('created_at')}",
+            f"family: {family.get('name')} ({family.get('arch')}; features {', '.join(family.get('features', [])) or 'none'}; "
+            f"measured on mcpu {family.get('mcpu') or '?'}, {h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
+            f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload)",
+            f"budget: {h.get('budget_per_workload') or '?'} measured trials per workload "
+            f"(records per workload: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
+            "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
+        ]
+        if h.get("zoo"):
+            lines.append("zoo: " + ", ".join(h["zoo"]))
+        if h.get("source"):
+            lines.append(f"exported from: {h['source']}")
+        return lines
+
+
+def _operator(signature: list[str]) -> str:
+    main = [name for name in signature if not name.startswith(("T_", "compute", "pad_temp", "data_pad", "PadInput"))]
+    return (main or signature or ["?"])[0]
+
+
+def _spread(values: list[int]) -> str:
+    if not values:
+        return "-"
+    values = sorted(values)
+    return f"min {values[0]}, median {values[len(values) // 2]}, max {values[-1]}"
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_library(
+    path: str | os.PathLike[str], header: dict[str, Any], workloads: Iterable[LibraryWorkload]
+) -> Path:
+    """Write a library file atomically (a temporary file renamed over ``path``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    workloads = list(workloads)
+    full_header = {"format": LIBRARY_FORMAT, "version": LIBRARY_VERSION, **header, "workloads": len(workloads)}
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with gzip.open(staging, "wt", encoding="utf-8", compresslevel=9) as out:
+        out.write(json.dumps(full_header, sort_keys=True) + "\n")
+        for index, workload in enumerate(workloads):
+            out.write(json.dumps({
+                "type": "workload", "id": index, "shash": workload.shash, "mod_json": workload.mod_json,
+                "signature": workload.signature, "flops": workload.flops,
+            }, sort_keys=True) + "\n")
+            for schedule in workload.schedules:
+                out.write(json.dumps({"type": "schedule", "workload": index, **schedule.__dict__}, sort_keys=True) + "\n")
+    os.replace(staging, path)
+    return path
+
+
+def export_library(
+    history: Any,
+    path: str | os.PathLike[str],
+    target: Any,
+    *,
+    top_k: int = DEFAULT_TOP_K,
+    budget_per_workload: int | None = None,
+    zoo: Iterable[str] = (),
+    min_records: int = 1,
+) -> ScheduleLibrary:
+    """The ``top_k`` fastest distinct successful traces of each workload measured on ``target`` in ``history``.
+
+    Default (untuned) schedules are left out: every tune measures its own.
+    ``min_records``: leave out workloads with fewer records than that (not yet tuned).
+    """
+    import tvm
+    import tvm_ffi
+
+    from .. import __version__
+    from ..common.failure import is_failed
+    from ..profile.host import usable_cores
+    from ..search.default_schedule import is_default_trace
+    from ..tasks.signature import operator_signature
+    from ..history.sql import target_json as target_json_of
+    from .family import family_of
+
+    if top_k < 1:
+        raise LibraryError(f"top_k must be >= 1, got {top_k} instead")
+    target_json = target_json_of(target)
+    groups: dict[str, list[tuple[Any, str]]] = defaultdict(list)
+    mods: dict[str, Any] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for record, board in history.successful_records(target, limit=10**7):
+        mod = record.workload.mod
+        shash = str(tvm_ffi.structural_hash(mod))
+        mods.setdefault(shash, mod)
+        counts[shash] += 1
+        secs = [float(x) for x in record.run_secs]
+        if is_failed(secs) or is_default_trace(record.trace):
+            continue
+        groups[shash].append((record, board))
+    workloads = []
+    for shash, entries in groups.items():
+        if counts[shash] < min_records:
+            continue
+        mod = mods[shash]
+        flops = _flops(mod)
+        seen: set[str] = set()
+        schedules = []
+        for record, board in sorted(entries, key=lambda rb: _mean(rb[0].run_secs)):
+            trace_json = record.trace.as_json()
+            key = json.dumps(trace_json, sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+            latency = _mean(record.run_secs)
+            schedules.append(LibrarySchedule(
+                trace_json=json.loads(json.dumps(trace_json, default=_json_default)),
+                latency_us=latency * 1e6,
+                gflops=flops / latency / 1e9 if flops and latency > 0 else None,
+                target_json=target_json, board=board, records=counts[shash],
+            ))
+            if len(schedules) >= top_k:
+                break
+        workloads.append(LibraryWorkload(shash, tvm.ir.save_json(mod), list(operator_signature(mod)), flops, schedules))
+    family = family_of(target)
+    header = {
+        "edgetune_version": __version__,
+        "tvm_version": tvm.__version__,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "family": family.to_dict(),
+        "target": json.loads(target_json),
+        "cores": int(target.attrs.get("num-cores", 0) or 0) or usable_cores(),
+        "top_k": top_k,
+        "budget_per_workload": budget_per_workload,
+        "zoo": list(zoo),
+        "source": getattr(history, "url", ""),
+    }
+    write_library(path, header, workloads)
+    return ScheduleLibrary({**header, "format": LIBRARY_FORMAT, "version": LIBRARY_VERSION}, workloads, str(path))
+
+
+def _mean(run_secs: Any) -> float:
+    values = [float(x) for x in run_secs]
+    return sum(values) / len(values) if values else float("inf")
+
+
+def _flops(mod: Any) -> float:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001 - some fused functions have no countable loops
+        return 0.0
+
+
+def _json_default(value: Any) -> Any:
+    """Trace JSON holds TVM FFI containers and integers: plain JSON for the file."""
+    if hasattr(value, "items"):
+        return dict(value.items())
+    if hasattr(value, "__iter__") and not isinstance(value, (str, bytes)):
+        return list(value)
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_library(path: str | os.PathLike[str]) -> ScheduleLibrary:
+    """Read and check a library; anything wrong with the file is one :class:`LibraryError` line."""
+    import tvm
+
+    path = Path(path)
+    if not path.is_file():
+        raise LibraryError(f"schedule library '{path}' not found")
+    try:
+        lines = list(_read_lines(path))
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as err:
+        raise LibraryError(f"'{path}' is not a readable schedule library: {err}") from None
+    if not lines:
+        raise LibraryError(f"'{path}' is not a schedule library: it is empty")
+    header = lines[0][1]
+    if not isinstance(header, dict) or header.get("format") != LIBRARY_FORMAT:
+        raise LibraryError(f"'{path}' is not a schedule library (no '{LIBRARY_FORMAT}' header line)")
+    if header.get("version") != LIBRARY_VERSION:
+        raise LibraryError(
+            f"'{path}' is schedule library format version {header.get('version')}, this edgetune reads "
+            f"version {LIBRARY_VERSION}: export the library again with this edgetune"
+        )
+    if header.get("tvm_version") != tvm.__version__:
+        raise LibraryError(
+            f"'{path}' was made with TVM {header.get('tvm_version')}, this is TVM {tvm.__version__}: its traces "
+            "may not replay; build or export it again with this TVM"
+        )
+    workloads: dict[int, LibraryWorkload] = {}
+    for number, obj in lines[1:]:
+        try:
+            if obj["type"] == "workload":
+                workloads[int(obj["id"])] = LibraryWorkload(
+                    str(obj["shash"]), str(obj["mod_json"]), list(obj["signature"]), float(obj["flops"])
+                )
+            elif obj["type"] == "schedule":
+                workloads[int(obj["workload"])].schedules.append(LibrarySchedule(
+                    trace_json=obj["trace_json"], latency_us=float(obj["latency_us"]),
+                    gflops=None if obj["gflops"] is None else float(obj["gflops"]),
+                    target_json=str(obj["target_json"]), board=str(obj["board"]), records=int(obj["records"]),
+                ))
+            else:
+                raise ValueError(f"unknown line type {obj['type']!r}")
+        except (KeyError, ValueError, TypeError) as err:
+            raise LibraryError(f"'{path}' line {number} is damaged: {type(err).__name__}: {err}") from None
+    if len(workloads) != header.get("workloads"):
+        raise LibraryError(
+            f"'{path}' is damaged: its header counts {header.get('workloads')} workloads, the file holds {len(workloads)}"
+        )
+    return ScheduleLibrary(header, list(workloads.values()), str(path))
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except ValueError as err:
+                raise LibraryError(f"'{path}' line {number} is not JSON: {err}") from None
+
+
+# --------------------------------------------------------------------------- into a history
+
+
+def import_library(history: Any, library: ScheduleLibrary) -> tuple[int, int]:
+    """Add every schedule of ``library`` to ``history`` as a record of the target and board that measured it.
+
+    For a team's shared history (``edgetune schedules import``): its tunes on
+    that target then find the library's schedules as their own records (warm
+    start, transfer, the exact workload's best). Returns (added, already there).
+    """
+    import tvm
+    import tvm.s_tir.meta_schedule as ms
+
+    added = skipped = 0
+    for workload in library.workloads:
+        entry = history.commit_workload(workload.mod)
+        args_info = ms.arg_info.ArgInfo.from_entry_func(workload.mod, remove_preproc=True)
+        for schedule in workload.schedules:
+            target = tvm.target.Target(json.loads(schedule.target_json))
+            trace = workload.trace(schedule)
+            if history.has_candidate(workload.mod, target, trace):
+                skipped += 1
+                continue
+            record = ms.database.TuningRecord(trace, entry, [schedule.latency_us * 1e-6], target, args_info)
+            history.commit_measurement(record, board=schedule.board)
+            added += 1
+    return added, skipped

@@ -1,0 +1,118 @@
+"""A tune that starts from a schedule library: which library, and which of its schedules each task gets.
+
+``tuning.schedules`` (``--schedules``) is ``auto`` (the library shipped in
+the package for the target's CPU family, if any), ``off``, or a library file.
+A library of another family, another TVM or a damaged file is said in one
+line and not used: the tune goes on without it.
+
+For a task whose exact workload is in the library, the library's best
+schedule is replayed on the task and measured on the board as the task's
+first candidate (one trial, stored in the history like any other; the
+task's untuned default is not measured then: the library schedule was tuned
+to beat it). Other shapes of the same operator join the history's records
+as transfer seeds of the first batches (``tuning.transfer = "similar"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import LibraryError
+from .family import family_of
+from .library import ScheduleLibrary, load_library
+
+#: ``tuning.schedules`` values besides a file path
+SCHEDULES_MODES = ("auto", "off")
+#: the package directory holding the shipped libraries, one file per CPU family
+SHIPPED_PACKAGE = "edgetune.schedules.data"
+SHIPPED_SUFFIX = ".schedules.gz"
+
+
+@dataclass
+class LibraryChoice:
+    """The library a run uses (or None) and the one line that says why."""
+
+    setting: str
+    library: ScheduleLibrary | None = None
+    message: str = ""
+    family: str = ""
+    exact: dict[str, float] = field(default_factory=dict)  # task name -> the library's latency (us) where it measured it
+
+    def to_dict(self) -> dict[str, Any]:
+        lib = self.library
+        return {
+            "setting": self.setting,
+            "used": lib is not None,
+            "library": lib.path if lib else None,
+            "library_family": lib.family if lib else None,
+            "target_family": self.family,
+            "message": self.message,
+        }
+
+
+def shipped_libraries() -> list[Path]:
+    """The libraries shipped in the package."""
+    try:
+        folder = resources.files(SHIPPED_PACKAGE)
+    except (ModuleNotFoundError, TypeError):
+        return []
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(SHIPPED_SUFFIX))
+
+
+def choose_library(setting: str, target: Any) -> LibraryChoice:
+    """The library ``setting`` names for ``target``, or None with the reason; never raises for a bad file."""
+    family = family_of(target).name
+    choice = LibraryChoice(setting, family=family)
+    if setting == "off":
+        return choice
+    if setting == "auto":
+        shipped = shipped_libraries()
+        for path in shipped:
+            if path.name == f"{family}{SHIPPED_SUFFIX}":
+                return _load_checked(choice, path)
+        names = ", ".join(p.name.removesuffix(SHIPPED_SUFFIX) for p in shipped) or "none"
+        choice.message = f"schedule library: none shipped for this CPU family ({family}; shipped: {names}); tuning from scratch"
+        return choice
+    return _load_checked(choice, Path(setting).expanduser())
+
+
+def _load_checked(choice: LibraryChoice, path: Path) -> LibraryChoice:
+    try:
+        library = load_library(path)
+    except LibraryError as err:
+        choice.message = f"schedule library not used: {err}"
+        return choice
+    if library.family != choice.family:
+        choice.message = (
+            f"schedule library not used: '{path}' is for {library.family}, this target is {choice.family} "
+            "(its schedules were tuned for other vector instructions)"
+        )
+        return choice
+    choice.library = library
+    choice.message = f"schedule library: {path} ({library.family}, {len(library.workloads)} workloads)"
+    return choice
+
+
+def library_candidate(context: Any, library: ScheduleLibrary) -> Any | None:
+    """The library's best schedule for ``context``'s exact workload, replayed on it; None when absent or it does not apply."""
+    import tvm.s_tir.meta_schedule as ms
+    from tvm.s_tir import Schedule
+
+    entry = library.find(context.mod)
+    if entry is None or not entry.schedules:
+        return None
+    postprocs = list(context.space_generator.postprocs or [])
+    for schedule in entry.schedules:  # the best first; the next if one does not replay
+        try:
+            sch = Schedule(context.mod, seed=1, debug_mask="none")
+            entry.trace(schedule).apply_to_schedule(sch, remove_postproc=True)
+            sch.enter_postproc()
+            if not all(postproc.apply(sch) for postproc in postprocs):
+                continue
+        except Exception:  # noqa: BLE001 - TVM raises its own errors for a trace that does not replay
+            continue
+        return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+    return None

@@ -1,0 +1,209 @@
+"""Schedule libraries (issue 27): the file round trip, family checks, and tunes that start from a library."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+import tvm.s_tir.meta_schedule as ms
+
+from conftest import SESSION_KEY, run_cli
+from edgetune.errors import LibraryError
+from edgetune.schedules import family_of, load_library
+from edgetune.schedules.library import export_library, import_library, write_library
+from edgetune.schedules.use import choose_library
+
+pytestmark = pytest.mark.integration
+
+
+def host_profile(loopback_board, **tuning):
+    from edgetune.profile import load_profile
+
+    return load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning=tuning)
+
+
+def tune(profile, loopback_board, out: Path, model: str = "demo:tiny-cnn", **options):
+    from edgetune.board.base import TrackerBoard
+    from edgetune.tuning import TuneOptions, run_tune
+
+    return run_tune(TuneOptions(profile=profile, model=model, out_dir=out, board=TrackerBoard(loopback_board), **options))
+
+
+@pytest.fixture(scope="module")
+def library_file(tmp_path_factory, loopback_board) -> tuple[Path, Path, object]:
+    """A library exported from a real (small) tune of the demo CNN: (library, its history, the profile)."""
+    from edgetune.history import open_history
+
+    out = tmp_path_factory.mktemp("library-source")
+    profile = host_profile(loopback_board, schedules="off")
+    tune(profile, loopback_board, out, trials=20, evaluate=False)
+    history = open_history(str(out / "history.db"), read_only=True)
+    try:
+        library = export_library(history, out / "tiny.schedules.gz", profile.tvm_target(), top_k=2, budget_per_workload=4,
+                                 zoo=["demo:tiny-cnn"])
+    finally:
+        history.close()
+    return Path(library.path), out / "history.db", profile
+
+
+def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
+    from edgetune.history import open_history
+
+    path, source_db, profile = library_file
+    library = load_library(path)
+    target = profile.tvm_target()
+    assert library.family == family_of(target).name and library.header["tvm_version"] == tvm.__version__
+    assert library.header["zoo"] == ["demo:tiny-cnn"] and library.header["budget_per_workload"] == 4
+    # the convolutions and the dense layer were tuned: each has its best traces, fastest first
+    covered = [w for w in library.workloads if w.schedules]
+    assert len(covered) >= 3 and all(len(w.schedules) <= 2 for w in covered)
+    for workload in covered:
+        latencies = [s.latency_us for s in workload.schedules]
+        assert latencies == sorted(latencies) and latencies[0] > 0
+        assert workload.schedules[0].board.startswith(SESSION_KEY)  # the key and the server that measured it
+    text = "\n".join(library.describe())
+    assert f"family: {library.family}" in text and "zoo: demo:tiny-cnn" in text and "budget: 4 measured trials" in text
+
+    result = run_cli("schedules", "info", str(path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"workloads: {len(library.workloads)}" in result.stdout
+
+    fresh = tmp_path / "team.db"
+    result = run_cli("schedules", "import", str(path), "--db", str(fresh))
+    assert result.returncode == 0, result.stderr[-2000:]
+    n = sum(len(w.schedules) for w in library.workloads)
+    assert f"{n} schedules added, 0 already there" in result.stdout
+    history = open_history(str(fresh), read_only=True)
+    try:
+        for workload in covered:
+            best = history.best_record(workload.mod, target)
+            assert best is not None and float(best.run_secs[0]) * 1e6 == pytest.approx(workload.schedules[0].latency_us)
+        assert import_library(history, library) == (0, n)  # idempotent
+    finally:
+        history.close()
+
+
+def test_a_library_of_another_family_is_not_used_and_says_so(library_file, tmp_path) -> None:
+    path, _db, profile = library_file
+    library = load_library(path)
+    header = {k: v for k, v in library.header.items() if k not in ("format", "version", "workloads")}
+    header["family"] = {"name": "aarch64-neon", "arch": "aarch64", "mcpu": "cortex-a72", "features": ["neon"]}
+    other = write_library(tmp_path / "arm.schedules.gz", header, library.workloads)
+    choice = choose_library(str(other), profile.tvm_target())
+    assert choice.library is None
+    assert choice.message == (
+        f"schedule library not used: '{other}' is for aarch64-neon, this target is {family_of(profile.tvm_target()).name} "
+        "(its schedules were tuned for other vector instructions)"
+    )
+    assert choose_library("off", profile.tvm_target()).library is None
+
+
+@pytest.mark.parametrize("damage", ["garbage", "not-gzip", "version", "tvm", "truncated"])
+def test_a_damaged_or_foreign_library_is_one_line(library_file, tmp_path, damage) -> None:
+    path, _db, profile = library_file
+    lines = gzip.open(path, "rt").read().splitlines()
+    header = json.loads(lines[0])
+    bad = tmp_path / f"{damage}.schedules.gz"
+    if damage == "not-gzip":
+        bad.write_text("hello\n")
+    else:
+        if damage == "garbage":
+            lines[1] = lines[1][: len(lines[1]) // 2]
+        elif damage == "version":
+            header["version"] = 99
+        elif damage == "tvm":
+            header["tvm_version"] = "0.19.0"
+        elif damage == "truncated":
+            lines = lines[:2]
+        lines[0] = json.dumps(header)
+        with gzip.open(bad, "wt") as handle:
+            handle.write("\n".join(lines) + "\n")
+    expected = {
+        "garbage": "line 2 is not JSON", "not-gzip": "is not a readable schedule library",
+        "version": "is schedule library format version 99, this edgetune reads version 1",
+        "tvm": f"was made with TVM 0.19.0, this is TVM {tvm.__version__}", "truncated": "is damaged",
+    }[damage]
+    with pytest.raises(LibraryError, match=expected) as error:
+        load_library(bad)
+    assert "\n" not in str(error.value)
+    choice = choose_library(str(bad), profile.tvm_target())
+    assert choice.library is None and choice.message.startswith("schedule library not used: ") and expected in choice.message
+
+
+def test_a_tune_covered_by_the_library_delivers_its_schedules_after_one_trial_per_task(library_file, tmp_path, loopback_board) -> None:
+    """No search: each covered task measures the library's schedule once; the rest measure their default once."""
+    path, _db, _profile = library_file
+    library = load_library(path)
+    profile = host_profile(loopback_board, schedules=str(path))
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path))
+    n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
+    summary = tune(profile, loopback_board, tmp_path / "run", trials=n_tasks)
+    assert summary.schedules["used"] and summary.schedules["library"] == str(path)
+    assert summary.trials.this_run == n_tasks and all(t.trials_this_run == 1 for t in summary.tasks)
+    started = [t for t in summary.tasks if t.library_latency_us is not None]
+    covered = {w.shash for w in library.workloads if w.schedules}
+    assert {t.workload_hash for t in started} == covered and len(started) >= 3
+    for task in started:  # what is delivered is the library's schedule, as measured on this board
+        assert task.best_latency_us == pytest.approx(task.library_latency_us)
+    assert summary.end_to_end.outputs_match
+    assert any("started from the library's schedule" in line for line in summary.library_lines())
+
+
+def test_a_damaged_library_leaves_the_tune_running(tmp_path, loopback_board) -> None:
+    bad = tmp_path / "bad.schedules.gz"
+    bad.write_bytes(b"\x1f\x8b not really gzip")
+    summary = tune(host_profile(loopback_board, schedules=str(bad)), loopback_board, tmp_path / "run", trials=5, evaluate=False)
+    assert summary.trials.this_run == 5
+    assert not summary.schedules["used"] and summary.schedules["message"].startswith("schedule library not used: ")
+    assert all(t.library_latency_us is None for t in summary.tasks)
+
+
+def test_auto_without_a_shipped_library_for_the_family_says_so(monkeypatch) -> None:
+    from edgetune.schedules import use
+
+    monkeypatch.setattr(use, "shipped_libraries", lambda: [Path("/x/aarch64-neon.schedules.gz")])
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    choice = choose_library("auto", target)
+    assert choice.library is None
+    assert choice.message == (
+        "schedule library: none shipped for this CPU family (x86-64-avx512; shipped: aarch64-neon); tuning from scratch"
+    )
+
+
+def test_library_records_transfer_to_another_shape_or_are_skipped(library_file) -> None:
+    """A library schedule of the 32x32 CNN's convolutions replayed on the 40x40 CNN's: valid schedules or none."""
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
+    from edgetune.search.transfer import best_similar_records, transferred_candidates
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.signature import operator_signature
+
+    path, _db, profile = library_file
+    target = profile.tvm_target()
+    load_tensor_intrinsics(target)
+    library = load_library(path)
+    records = library.tuning_records(target)
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(load_model("demo:tiny-cnn@40").mod, target), target)
+    conv = next(t for t in tasks if "conv2d1" in t.task_name)
+    ctx = ms.TuneContext(mod=conv.dispatched[0], target=target, space_generator="post-order-apply",
+                         search_strategy="replay-trace", task_name=conv.task_name, num_threads=1, rand_state=1)
+    similar = best_similar_records(records, ctx.mod, operator_signature)
+    assert similar, "the library holds the same operator at another shape"
+    candidates = transferred_candidates(ctx, similar, limit=4)
+    inputs = [np.random.default_rng(0).standard_normal([int(d) for d in a.shape]).astype("float32")
+              for a in ms.arg_info.ArgInfo.from_entry_func(ctx.mod, remove_preproc=True)]
+
+    def run(mod):
+        func = tvm.compile(mod, target=target)
+        arrays = [tvm.runtime.tensor(x) for x in inputs]
+        func(*arrays)
+        return arrays[-1].numpy()
+
+    expected = run(ctx.mod)
+    for candidate in candidates:  # each transferred schedule computes what the workload computes
+        np.testing.assert_allclose(run(candidate.sch.mod), expected, rtol=1e-4, atol=1e-4)

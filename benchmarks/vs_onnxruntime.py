@@ -120,6 +120,12 @@ def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespac
     return rows
 
 
+def _cpu_name() -> str:
+    from edgetune.profile.host import host_cpu
+
+    return host_cpu().name
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
@@ -130,8 +136,9 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
     lines = [
         "## edgetune vs ONNX Runtime on the same CPU (issue 13)",
         "",
-        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {os.cpu_count()} CPUs, "
-        f"{platform.platform()}, Python {platform.python_version()}; load average {load[0]:.2f} at start, {load[1]:.2f} at end.",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {os.cpu_count()} CPUs ({_cpu_name()}), "
+        f"{platform.platform()}, Python {platform.python_version()}; "
+        + (f"load average {load[0]:.2f} at start, {load[1]:.2f} at end." if not math.isnan(load[0]) else "load average not recorded."),
         "",
         f"Reproduce: `python benchmarks/vs_onnxruntime.py --models {' '.join(args.models)} --per-task "
         f"{' '.join(map(str, args.per_task))} --seeds {' '.join(map(str, args.seeds))}"
@@ -210,7 +217,9 @@ def main() -> int:
         parser.error(f"--per-task must be ascending, got {args.per_task} instead")
     if args.from_raw:
         rows = json.loads(args.from_raw.read_text())
-        text = report(rows, args, (math.nan, math.nan))
+        # the load of the run that measured them (rows written before per-row loads have none)
+        loads = (rows[0].get("load_before", math.nan), rows[-1].get("load_after", math.nan)) if rows else (math.nan, math.nan)
+        text = report(rows, args, loads)
     else:
         from edgetune.profile import load_profile
 

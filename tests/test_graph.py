@@ -175,9 +175,25 @@ def test_inventory_counts_the_kernels_of_a_small_model() -> None:
     assert (inventory.compute_bound, inventory.memory_bound) == (3, 2)
     assert inventory.describe() == "kernels: 3 compute-bound, 2 memory-bound (1 data-movement, 1 reduction)"
     transformer = tasks_and_inventory(prepare_graph(load_model("demo:transformer@8")))[1]
-    # four dense layers and the two attention matmuls; layer norm, softmax and the head reshapes move memory
-    assert transformer.compute_bound == 6
+    # four dense layers and the two attention matmuls; layer norm, softmax and two head reshapes move memory
+    assert (transformer.compute_bound, transformer.memory_bound) == (6, 4)
     assert {k.kind for k in transformer.kernels if k.klass == "memory"} == {"reduction", "data-movement"}
+
+
+def test_attention_reads_k_transposed_in_its_matmul_and_matches_onnx_runtime() -> None:
+    import onnxruntime as ort
+
+    imported = load_model("demo:transformer@8")
+    model = prepare_graph(imported)
+    assert [(p.name, p.status, p.detail) for p in model.graph.passes if p.name == "fuse-transpose-matmul"] == [
+        ("fuse-transpose-matmul", "applied", "1 fused")
+    ]
+    before = tasks_and_inventory(prepare_graph(imported, optimization="none"))[1]
+    after = tasks_and_inventory(model)[1]
+    assert after.memory_bound == before.memory_bound - 1  # the transpose of k is gone into q @ k^T
+    feeds = model.random_inputs(seed=1)
+    theirs = ort.InferenceSession(imported.data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert relative_error(model.reference_outputs(feeds)[0], theirs) < 1e-5
 
 
 def test_unknown_graph_optimization_is_rejected() -> None:

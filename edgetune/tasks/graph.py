@@ -20,6 +20,9 @@ machinery where it has it:
   becomes the elementwise arithmetic it is (``DecomposeOpsForInference``), so
   ``FuseOps`` puts it into its producer's epilogue instead of tuning it as a
   kernel of its own that returns a tuple. Training-mode norms are kept.
+* ``fuse-transpose-matmul``: ``matmul(a, transpose(b))`` (attention's
+  ``q @ k^T``) becomes one kernel that reads ``b`` transposed
+  (``relax.transform.FuseTransposeMatmul``), one data-movement kernel less.
 
 Convolution + bias + residual add + activation end up in one kernel through
 ``FuseOps``/``FuseTIR`` in :func:`~edgetune.tasks.models.prepare_for_tuning`.
@@ -101,6 +104,7 @@ def prepare_graph(model: Any, conv_layout: str = "as-is", optimization: str = "f
             ("fold-constants", _relax_pass(relax.transform.FoldConstant())),
             ("fold-batch-norm", fold_batch_norms),
             ("decompose-batch-norm", _decompose_batch_norms),
+            ("fuse-transpose-matmul", _fuse_transpose_matmul),
         ]
     if conv_layout != "as-is":
         passes.append((f"layout-{conv_layout}", _convert_layout(conv_layout)))
@@ -142,6 +146,17 @@ def _convert_layout(layout: str) -> Callable[[tvm.IRModule], tuple[tvm.IRModule,
         return tvm.transform.Sequential(passes)(mod), f"{_count_ops(mod, 'relax.nn.conv2d')} convolutions"
 
     return apply
+
+
+def _fuse_transpose_matmul(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+    """``matmul(a, transpose(b))`` (attention's ``q @ k^T``) as one kernel reading ``b`` transposed (TVM's own pass)."""
+    from tvm.relax.transform.fuse_transpose_matmul import FuseTransposeMatmul
+
+    before = _count_ops(mod, "relax.permute_dims")
+    # the pattern's composite functions stay in the module, unused, until dead code is removed
+    out = relax.transform.DeadCodeElimination()(FuseTransposeMatmul()(mod))
+    fused = before - _count_ops(out, "relax.permute_dims")
+    return (out, f"{fused} fused") if fused else (mod, "")
 
 
 def _decompose_batch_norms(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:

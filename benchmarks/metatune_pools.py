@@ -44,7 +44,7 @@ def load_pools(pattern: str) -> dict[str, dict[str, list]]:
     from edgetune.common.failure import FAILURE_THRESHOLD_SECS
     from edgetune.costmodel import graph
     from edgetune.history import open_history
-    from edgetune.search.surrogate import CandidateFeatures
+    from edgetune.costmodel.surrogate import CandidateFeatures
 
     pools: dict[str, dict[str, list]] = defaultdict(lambda: {"graphs": [], "rows": [], "costs": [], "seen": set()})
     encoder, features = graph.GraphEncoder(), CandidateFeatures()
@@ -86,7 +86,7 @@ def main() -> int:
     from edgetune.costmodel.meta_model import MetaTuneModel
     from edgetune.costmodel.modelfile import load_model_file
     from edgetune.costmodel.training import relative_throughput
-    from edgetune.search.surrogate import RandomForestModel, expected_improvement, stack_rows
+    from edgetune.costmodel.surrogate import RandomForestModel, expected_improvement, stack_rows
 
     net.set_threads(1)
     pools = {k: p for k, p in load_pools(args.histories).items() if len(p["costs"]) > 2 * max(SHOTS)}

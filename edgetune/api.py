@@ -19,8 +19,6 @@ Nothing heavy (TVM, torch, onnx) is imported until a function is called.
 from __future__ import annotations
 
 import os
-import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -28,7 +26,8 @@ from .common.choices import (
     COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, GRAPH_OPTIMIZATIONS, SAMPLERS, TASK_SCHEDULERS, TRANSFERS, WARM_START_MODES,
 )
 from .common.interrupts import forward_sigint_to_main_thread
-from .errors import DeployInputError, ModelError, OptionError, ProfileError, TuningInterrupted
+from .errors import OptionError, ProfileError, TuningInterrupted
+from .common.model_objects import DEFAULT_MODEL_NAME, model_arg, save_model
 
 if TYPE_CHECKING:
     from .deploy.workflow import DeployResult
@@ -46,8 +45,6 @@ PROFILE_FLAGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "evaluator": ("measure", "evaluator", EVALUATORS),
 }
 
-#: the name an in-memory model is saved under when none is given
-DEFAULT_MODEL_NAME = "model"
 
 
 def default_out(model: str, profile: str) -> Path:
@@ -187,7 +184,7 @@ def tune(
     from .board.base import Board
     from .tuning import run_tune
 
-    spec, obj, suffix = _model_arg(model)
+    spec, obj, suffix = model_arg(model)
     label = spec if spec is not None else f"{name or DEFAULT_MODEL_NAME}{suffix}"
     board_name = board if isinstance(board, str) else None
     if board is not None and board_name is None and not isinstance(board, Board):
@@ -204,7 +201,7 @@ def tune(
         options.board = board
     sink = _progress_sink(progress)
     if obj is not None:
-        options.model = str(_save_model(obj, Path(options.out_dir) / label))
+        options.model = str(save_model(obj, Path(options.out_dir) / label))
     try:
         with forward_sigint_to_main_thread(), sink as shown:  # first: the display's thread inherits its mask
             summary = run_tune(options, sink=shown)
@@ -252,111 +249,17 @@ def deploy(
     the progress lines the CLI prints. The local copy of the manifest goes to
     ``out`` (default: ``RUN_DIR/deployments``, or ``edgetune-out/deployments``).
     """
-    from .deploy.workflow import Tolerance, deploy as deploy_to_board, source_from_model, source_from_run_dir
-    from .provision.inventory import load_inventory
+    from .deploy.run import deploy_run
 
-    inventory_data = load_inventory(inventory)
-    entry = inventory_data.get(board)
-    run_dir = _run_dir(run)
-    model = None if isinstance(model, str) and not model else model
-    if (run_dir is None) == (model is None):
-        raise DeployInputError(
-            "deploy must be given RUN_DIR or --model M, got "
-            + ("both" if run_dir is not None else "neither")
-            + " instead; e.g. edgetune deploy --board NAME edgetune-out/RUN"
-        )
-    if repeat < 1 or warmup < 0:
-        raise DeployInputError(f"--repeat must be >= 1 and --warmup >= 0, got {repeat} and {warmup} instead")
-    if rtol < 0 or atol < 0:
-        raise DeployInputError(f"--rtol and --atol must be >= 0, got {rtol:g} and {atol:g} instead")
-    if model is not None and profile:
-        from .profile import load_profile
-
-        wanted, board_profile = load_profile(profile).name, load_profile(entry.profile).name
-        if wanted != board_profile:  # refuse before spending minutes compiling for the wrong device
-            raise DeployInputError(
-                f"the artifact must be built for board {entry.name}'s profile {board_profile}, got one built for {wanted} "
-                f"instead; drop --profile or pass --profile {board_profile}"
-            )
-    if model is None and (profile or db):
-        raise DeployInputError("--profile and --db must come with --model, got them with RUN_DIR instead; "
-                               "a tune run already fixes both")
-    with tempfile.TemporaryDirectory(prefix="edgetune-deploy-") as tmp:
-        if run_dir is not None:
-            source = source_from_run_dir(run_dir)
-            local_dir = Path(out) if out else run_dir / "deployments"
-        else:
-            local_dir = Path(out) if out else Path("edgetune-out") / "deployments"
-            spec, obj, suffix = _model_arg(model)
-            if obj is not None:  # kept beside the manifest, which names it as the model's source
-                spec = str(_save_model(obj, local_dir / "models" / f"{name or DEFAULT_MODEL_NAME}{suffix}"))
-            source = source_from_model(spec, profile or entry.profile, None if db is None else os.fspath(db), Path(tmp))
-        return deploy_to_board(
-            entry, inventory_data, source, local_dir, verify=verify, tolerance=Tolerance(rtol, atol), warmup=warmup,
-            repeat=repeat, accept_new_host_key=accept_new_host_key, log=log or (lambda _message: None),
-        )
+    return deploy_run(
+        run, board=board, model=model, profile=profile, db=db, inventory=inventory, name=name, verify=verify, rtol=rtol,
+        atol=atol, warmup=warmup, repeat=repeat, out=out, accept_new_host_key=accept_new_host_key, log=log,
+    )
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise OptionError(f"{name} must be one of {', '.join(choices)}, got {value!r} instead")
-
-
-def _model_arg(model: Any) -> tuple[str | None, Any, str]:
-    """``(spec, None, "")`` for a path or demo spec, ``(None, object, suffix)`` for a model object to save first."""
-    if isinstance(model, (str, os.PathLike)):
-        return os.fspath(model), None, ""
-    onnx = sys.modules.get("onnx")  # an object of these types means its package is imported already
-    if onnx is not None and isinstance(model, onnx.ModelProto):
-        return None, model, ".onnx"
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(model, torch.export.ExportedProgram):
-        return None, model, ".pt2"
-    if torch is not None and isinstance(model, torch.nn.Module):
-        raise ModelError(
-            f"model must be exported before tuning, got a torch.nn.Module ({type(model).__name__}) instead; "
-            "pass torch.export.export(module, (example_input,))"
-        )
-    raise ModelError(
-        "model must be an ONNX or .pt2 file path, a demo:NAME spec, an onnx.ModelProto or a "
-        f"torch.export.ExportedProgram, got {type(model).__name__} instead"
-    )
-
-
-def _save_model(model: Any, path: Path) -> Path:
-    """Write an in-memory model where the run keeps it (the summary names it as the model's source)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if path.suffix == ".pt2":
-            import torch
-
-            torch.export.save(model, path)
-        else:
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(model.SerializeToString())
-            os.replace(tmp, path)
-    except Exception as exc:  # noqa: BLE001 - serializers raise anything; one line names it
-        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        raise ModelError(f"cannot save the model to {path}: {type(exc).__name__}: {detail}") from exc
-    return path
-
-
-def _run_dir(run: Any) -> Path | None:
-    """The run directory of a tune summary or path (None for None)."""
-    if run is None or (isinstance(run, str) and not run):
-        return None
-    if isinstance(run, (str, os.PathLike)):
-        return Path(run)
-    from .tuning import TuneSummary
-
-    if isinstance(run, TuneSummary):
-        if run.artifact is None:
-            raise DeployInputError(
-                "the tune run must have compiled the model to be deployed, got one run with evaluate=False instead; "
-                "tune again with evaluate=True, or deploy model=... with db=... its history"
-            )
-        return run.artifact.parent
-    raise DeployInputError(f"run must be a TuneSummary or a run directory, got {type(run).__name__} instead")
 
 
 class _Quiet:

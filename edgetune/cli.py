@@ -160,14 +160,23 @@ def _add_other_parsers(sub: Any) -> None:
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True
     from .history.cli import add_db_commands
+    from .search.cli import add_suggest_command
 
     add_db_commands(db_sub)
+    add_suggest_command(db_sub)
     from .costmodel.cli import add_costmodel_parser
 
     add_costmodel_parser(sub)
     from .schedules.cli import add_schedules_parser
 
-    add_schedules_parser(sub)
+    add_schedules_parser(sub, build=_schedules_build)
+
+
+def _schedules_build(args: argparse.Namespace) -> int:
+    """``schedules build`` tunes: the command is tuning's (edgetune.tuning.zoo), imported when it runs."""
+    from .tuning.zoo import build_command
+
+    return build_command(args)
 
 
 def _run_tune(args: argparse.Namespace) -> int:

@@ -63,7 +63,7 @@ def api_run(resnet, loopback_board, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.integration
 def test_tune_an_exported_program_from_python(api_run, resnet, loopback_board) -> None:
-    from edgetune.deploy.compile import compare_outputs, run_on_board
+    from edgetune.artifact.compile import compare_outputs, run_on_board
     from edgetune.tasks import load_model
 
     summary, out, recorder = api_run
@@ -120,7 +120,7 @@ def test_the_cli_tunes_the_pt2_file_and_resumes_the_same_tasks(api_run, resnet, 
 @pytest.mark.integration
 def test_deploy_compiles_the_pt2_model_with_the_history(api_run, loopback_board, tmp_path) -> None:
     """What `edgetune deploy --model x.pt2 --db H` builds before it ships: the tuned model, as in the tune run."""
-    from edgetune.deploy.compile import compare_outputs, run_on_board
+    from edgetune.artifact.compile import compare_outputs, run_on_board
     from edgetune.deploy.workflow import source_from_model
     from edgetune.tasks import load_model
 

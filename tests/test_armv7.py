@@ -28,7 +28,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from conftest import _missing, require_tool, run_cli
 from edgetune.builder.builder import WarmBuilder, shared_library_linker
 from edgetune.builder.intrinsics import load_tensor_intrinsics
-from edgetune.deploy.compile import compile_model, export_model
+from edgetune.artifact.compile import compile_model, export_model
 from edgetune.profile import load_profile
 from edgetune.tasks import load_model
 from harness import arm64_rootfs

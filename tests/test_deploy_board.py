@@ -69,7 +69,7 @@ def test_wrong_outputs_fail_loudly_and_do_not_switch(site: Site, tmp_path: Path)
     import tvm
     from tvm import relax
 
-    from edgetune.deploy.compile import export_model
+    from edgetune.artifact.compile import export_model
     from edgetune.profile import load_profile
     good = make_run_dir(tmp_path / "good")
     assert site.cli("deploy", "--board", "lo", "--no-verify", str(good)).returncode == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from conftest import require_tool
-from edgetune.deploy.compile import compare_outputs, compile_model, export_model, run_on_board
+from edgetune.artifact.compile import compare_outputs, compile_model, export_model, run_on_board
 from edgetune.profile import load_profile
 from edgetune.tasks import load_model
 

@@ -26,7 +26,7 @@ def make_run_dir(path: Path, profile: str = "host", model_spec: str = MODEL) -> 
     """What `edgetune tune` leaves behind: model.so and summary.json (untuned build, same layout)."""
     import tvm
 
-    from edgetune.deploy.compile import compile_model, export_model
+    from edgetune.artifact.compile import compile_model, export_model
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
 

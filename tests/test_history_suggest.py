@@ -14,10 +14,10 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from conftest import run_cli
 from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
-from edgetune.history.suggest import _replay_windows, sampling_ratio, settings_by_operator, suggest_settings
+from edgetune.search.suggest import _replay_windows, sampling_ratio, settings_by_operator, suggest_settings
 from edgetune.search.strategy import AdaptiveSearch, SearchReport
 from edgetune.search.sampling import KMeansSampler
-from edgetune.search.surrogate import CandidateFeatures
+from edgetune.costmodel.surrogate import CandidateFeatures
 from test_warmstart import TARGET, add, candidates, matmul
 
 # -- the replay rule on windows with known features ---------------------------------------------------------
@@ -167,8 +167,8 @@ def test_cli_shows_the_sampling_column(real_history):
 
 
 def test_cli_default_replay_size_is_the_librarys():
-    from edgetune.history import cli
-    from edgetune.history.suggest import SAMPLING_RECORDS
+    from edgetune.search import cli
+    from edgetune.search.suggest import SAMPLING_RECORDS
 
     assert cli._SAMPLING_RECORDS == SAMPLING_RECORDS  # kept apart so `edgetune db` starts without TVM
 

@@ -1,9 +1,10 @@
-"""The tree passes the lint configured in pyproject.toml ([tool.ruff])."""
+"""The tree passes the lint configured in pyproject.toml ([tool.ruff]), imports torch only where optional, and has no import loops between packages."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_ruff_finds_nothing() -> None:
 
 
 #: modules that may import torch: MetaTune's network (edgetune[meta]) and the PyTorch model frontend (edgetune[torch])
-TORCH_MODULES = {"edgetune/costmodel/net.py", "edgetune/costmodel/meta_model.py", "edgetune/tasks/models.py", "edgetune/api.py"}
+TORCH_MODULES = {"edgetune/costmodel/net.py", "edgetune/costmodel/meta_model.py", "edgetune/tasks/models.py", "edgetune/common/model_objects.py"}
 
 
 def test_only_the_optional_modules_import_torch() -> None:
@@ -43,3 +44,96 @@ def test_only_the_optional_modules_import_torch() -> None:
     # the cost model imports torch only inside require_torch(), so that its absence is a one-line error
     meta = ast.parse((REPO / "edgetune" / "costmodel" / "meta_model.py").read_text())
     assert not any(isinstance(n, (ast.Import, ast.ImportFrom)) and "torch" in ast.dump(n) for n in meta.body)
+
+
+def package_imports(root: Path) -> dict[str, dict[str, list[str]]]:
+    """edgetune's package -> the packages it imports -> where (every import, function-level ones too).
+
+    A top-level module (``api.py``, ``cli.py``, ``progress.py``) counts as a package of its own.
+    """
+    import ast
+    from collections import defaultdict
+
+    edges: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in sorted((root / "edgetune").rglob("*.py")):
+        rel = path.relative_to(root)
+        source = rel.parts[1] if len(rel.parts) > 2 else rel.stem
+        module = list(rel.with_suffix("").parts)
+        if rel.name == "__init__.py":
+            module = module[:-1] + ["__init__"]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = module[: len(module) - node.level]
+                    targets = [".".join(base + [node.module])] if node.module else [".".join(base + [a.name]) for a in node.names]
+                elif node.module and node.module.startswith("edgetune."):
+                    targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("edgetune.")]
+            for target in targets:
+                parts = target.split(".")
+                if len(parts) >= 2 and parts[1] != source:
+                    edges[source][parts[1]].append(f"{rel.as_posix()}:{node.lineno}")
+    return edges
+
+
+def import_loops(edges: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """Groups of packages that import each other, directly or around a circle (strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    loops: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in edges.get(node, {}):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                loops.append(sorted(group))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return loops
+
+
+def test_no_import_loops_between_packages() -> None:
+    """Layers only look down: no two of edgetune's packages import each other, however indirectly.
+
+    The lower package of each pair broken so far: measure imports builder (the OpenCL check is
+    the builder's); search imports costmodel (every cost model is there) and history (the
+    suggestions are search policy); tuning and deploy import artifact (compile, export, run);
+    tuning imports schedules (a library is used by a tune, built by tuning.zoo); api imports deploy.
+    """
+    edges = package_imports(REPO)
+    loops = import_loops(edges)
+    detail = [
+        f"{a} -> {b} ({', '.join(edges[a][b][:2])})" for loop in loops for a in loop for b in loop if b in edges.get(a, {})
+    ]
+    assert not loops, f"import loops between packages: {loops}; imports: " + "; ".join(detail)
+
+
+def test_the_loop_check_finds_a_loop(tmp_path: Path) -> None:
+    """The check above can fail: two packages importing each other, one at function level, are a loop."""
+    (tmp_path / "edgetune" / "low").mkdir(parents=True)
+    (tmp_path / "edgetune" / "high").mkdir()
+    (tmp_path / "edgetune" / "low" / "a.py").write_text("def f():\n    from ..high.b import g\n")
+    (tmp_path / "edgetune" / "high" / "b.py").write_text("from edgetune.low.a import f\n")
+    (tmp_path / "edgetune" / "top.py").write_text("from .high import b\n")
+    assert import_loops(package_imports(tmp_path)) == [["high", "low"]]

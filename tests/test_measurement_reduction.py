@@ -15,7 +15,7 @@ import pytest
 from edgetune.measure.evaluator import PROBE_RUNS, STOCK_RUNS, AdaptiveEvaluator, cumulative_cv, mean_ci_halfwidth
 from edgetune.search.early_stop import AdaptiveEarlyStop, EarlyStop, FixedEarlyStop, make_early_stop
 from edgetune.search.sampling import KMeansSampler
-from edgetune.search.surrogate import aggregate_features, expected_improvement
+from edgetune.costmodel.surrogate import aggregate_features, expected_improvement
 
 
 # --------------------------------------------------------------------------- adaptive evaluator

@@ -129,7 +129,7 @@ def test_surrogate_and_strategy_on_a_real_tune_context():
 
     from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.search.strategy import AdaptiveSearch, SearchReport
-    from edgetune.search.surrogate import RandomForestModel
+    from edgetune.costmodel.surrogate import RandomForestModel
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     load_tensor_intrinsics(target)

@@ -8,7 +8,7 @@ import tvm.s_tir.meta_schedule as ms
 from conftest import run_cli
 from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
-from edgetune.history.suggest import settings_by_operator, suggest_settings
+from edgetune.search.suggest import settings_by_operator, suggest_settings
 from test_warmstart import TARGET, add, candidates, matmul
 
 

@@ -75,7 +75,7 @@ def _build_in_worker(
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     rt_mod = tvm.compile(mod, target=target)
     if str(target.kind.name) == "opencl":  # a work-group the device refuses fails here, not on the board
-        from edgetune.measure.opencl_check import DeviceLimits, check_device_limits
+        from edgetune.builder.opencl_check import DeviceLimits, check_device_limits
 
         check_device_limits(mod, rt_mod, DeviceLimits.from_target(target))
     out_dir = tempfile.mkdtemp(prefix="cand-", dir=artifact_dir)

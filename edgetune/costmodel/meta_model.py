@@ -10,7 +10,7 @@ embedding is frozen; a candidate's embedding is computed once per prediction.
 
 With ``handoff_samples`` (``tuning.meta_handoff_samples``) > 0, ranking is
 handed over to edgetune's random forest
-(:class:`~edgetune.search.surrogate.RandomForestModel`, fitted on the same
+(:class:`~edgetune.costmodel.surrogate.RandomForestModel`, fitted on the same
 measurements) as a task's measurements grow, because on the held-out
 benchmark the learnt start led while a task had few measurements and the
 forest caught up by 32-64. A candidate's score is then
@@ -37,7 +37,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from ..common.failure import FAILURE_THRESHOLD_SECS
 from ..errors import CostModelError
-from ..search.surrogate import RandomForestModel
+from .surrogate import RandomForestModel
 from . import graph
 from .modelfile import ModelFile, load_model_file
 

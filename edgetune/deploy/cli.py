@@ -53,7 +53,7 @@ def add_deploy_parser(sub: Any) -> None:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    from ..api import deploy
+    from .run import deploy_run as deploy
 
     if args.rollback:
         from ..provision.inventory import load_inventory

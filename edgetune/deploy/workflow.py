@@ -109,7 +109,7 @@ def source_from_model(model_spec: str, profile_name: str, db: str | None, out_di
 
     from ..profile import load_profile
     from ..tasks import load_model
-    from .compile import compile_model, export_model
+    from ..artifact.compile import compile_model, export_model
 
     from ..tasks.graph import prepare_graph
 
@@ -258,7 +258,7 @@ def _verify_rpc(entry: BoardEntry, inventory: Inventory, profile: Any, artifact:
                 tolerance: Tolerance, log: Callable[[str], None]) -> dict[str, Any]:
     """Load the same bytes through the board's RPC server and compare outputs with the host."""
     from ..board.rpc_tracker import TrackerAddress
-    from .compile import compare_outputs, run_on_board
+    from ..artifact.compile import compare_outputs, run_on_board
 
     host = "127.0.0.1" if inventory.tracker.host in ("0.0.0.0", "") else inventory.tracker.host
     address = TrackerAddress(host, inventory.tracker.port, entry.rpc_key(profile))
@@ -277,7 +277,7 @@ def _verify_rpc(entry: BoardEntry, inventory: Inventory, profile: Any, artifact:
 def _bench_on_board(connection: BoardConnection, directory: str, python: str, n_inputs: int, reference: Any,
                     tolerance: Tolerance, warmup: int, repeat: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Run the shipped ``run.py`` on the board: its output is checked too, then its latency and peak RSS."""
-    from .compile import compare_outputs
+    from ..artifact.compile import compare_outputs
 
     q = shlex.quote
     out_name = "output.npz"

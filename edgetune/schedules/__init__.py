@@ -1,8 +1,9 @@
 """Schedule libraries: tuned schedules per CPU family, built from a zoo, shipped, and used to start every tune.
 
 ``family`` names the CPU family of a target; ``library`` reads and writes the
-versioned file; ``use`` picks a library for a run and replays its schedules;
-``build`` tunes a zoo into a history and exports the library from it.
+versioned file; ``use`` picks a library for a run and replays its schedules.
+Building one tunes a zoo, so that is :mod:`edgetune.tuning.zoo`, above this
+package (tuning uses a library; a library never imports tuning).
 """
 
 from .family import CpuFamily, family_of

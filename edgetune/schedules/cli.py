@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 EPILOG = """examples:
   edgetune schedules build --profile host --budget 32 --db zoo.db --out host.schedules.gz   # hours; resumable
@@ -22,7 +22,9 @@ auto); a library of another family or TVM is said in one line and not used.
 """
 
 
-def add_schedules_parser(sub: Any) -> None:
+def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -> None:
+    """Add ``schedules build|export|import|info``; ``build`` runs the build (it tunes, so it lives in
+    :mod:`edgetune.tuning.zoo`, above this package, and the caller hands it in)."""
     parser = sub.add_parser(
         "schedules", help="build, export, import and describe schedule libraries (tuned schedules to start from)",
         description="Schedule libraries: the best tuned schedules per workload for a CPU family, so that a tune "
@@ -30,21 +32,21 @@ def add_schedules_parser(sub: Any) -> None:
     )
     actions = parser.add_subparsers(dest="schedules_command", metavar="ACTION")
     actions.required = True
-    build = actions.add_parser(
+    build_parser = actions.add_parser(
         "build", help="tune a zoo of models into a history and export the library (resumable)",
         description="Tune every model of the zoo through the same pipeline as `edgetune tune` (no end-to-end "
         "evaluation), each task capped at --budget trials, into the history --db, then write the library. "
         "Run the same command again to resume an interrupted build.",
     )
-    build.add_argument("--profile", "-p", default="host", help="device profile (default: host)")
-    build.add_argument("--db", required=True, metavar="URL", help="the history that is the build's working store")
-    build.add_argument("--budget", type=int, required=True, help="measured trials per unique workload")
-    build.add_argument("--out", metavar="FILE", help="library file to write at the end (default: none, tune only)")
-    build.add_argument("--zoo", nargs="+", metavar="SPEC", help="models to tune (default: edgetune's zoo, see `schedules info`)")
-    build.add_argument("--work", metavar="DIR", default="edgetune-out/schedules-build", help="run directories")
-    build.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board(s) (default: the loopback board)")
-    build.add_argument("--key", help="device key at the tracker")
-    build.set_defaults(func=_build)
+    build_parser.add_argument("--profile", "-p", default="host", help="device profile (default: host)")
+    build_parser.add_argument("--db", required=True, metavar="URL", help="the history that is the build's working store")
+    build_parser.add_argument("--budget", type=int, required=True, help="measured trials per unique workload")
+    build_parser.add_argument("--out", metavar="FILE", help="library file to write at the end (default: none, tune only)")
+    build_parser.add_argument("--zoo", nargs="+", metavar="SPEC", help="models to tune (default: edgetune's zoo, see `schedules info`)")
+    build_parser.add_argument("--work", metavar="DIR", default="edgetune-out/schedules-build", help="run directories")
+    build_parser.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board(s) (default: the loopback board)")
+    build_parser.add_argument("--key", help="device key at the tracker")
+    build_parser.set_defaults(func=build)
     export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")
     export.add_argument("file", metavar="FILE")
     export.add_argument("--db", required=True, metavar="URL")
@@ -59,16 +61,6 @@ def add_schedules_parser(sub: Any) -> None:
     info = actions.add_parser("info", help="describe a library (or the shipped ones, and the zoo)")
     info.add_argument("file", metavar="FILE", nargs="?", help="library file (default: every library shipped with edgetune)")
     info.set_defaults(func=_info)
-
-
-def _build(args: argparse.Namespace) -> int:
-    from ..profile import load_profile
-    from ..tasks.demo import ZOO
-    from .build import build_library
-
-    build_library(list(args.zoo or ZOO), load_profile(args.profile), args.db, budget_per_workload=args.budget,
-                  work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key)
-    return 0
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ def make_cost_model(name: str, *, seed: int = 0, num_cores: int = 1, model_file:
     if name == "random":
         return ms.cost_model.RandomModel(seed=seed)
     if name == "rf":
-        from .surrogate import RandomForestModel
+        from ..costmodel.surrogate import RandomForestModel
 
         return RandomForestModel(seed=seed)
     return ms.cost_model.XGBModel(num_tuning_cores=num_cores, tree_method="auto")
@@ -74,7 +74,7 @@ def make_search_strategy(
     :class:`~edgetune.search.strategy.AdaptiveSearch`; ``surrogate`` is the
     cost model object (contextual exploration reads its uncertainty).
     ``suggested`` (settings per task type from the history, see
-    :func:`edgetune.history.suggest.settings_by_operator`) needs the wrapper
+    :func:`edgetune.search.suggest.settings_by_operator`) needs the wrapper
     too: each task's clone applies its own type's entry. Only the evolutionary
     search takes it, and ``seeds`` (candidates transferred from similar
     workloads for each task's first batch, see :mod:`edgetune.search.transfer`)

@@ -87,7 +87,7 @@ class KMeansSampler:
 
     def select_for_ratios(self, features: np.ndarray, ratios: Any) -> dict[float, list[int]]:
         """What :meth:`select` keeps at each of several distance ratios (one K-means fit per K,
-        shared); used to replay the history (:mod:`edgetune.history.suggest`). Records no report."""
+        shared); used to replay the history (:mod:`edgetune.search.suggest`). Records no report."""
         features = np.asarray(features, dtype=float)
         if features.ndim != 2:
             raise ValueError(f"features must be a 2-D array (candidates x features), got shape {features.shape} instead")

@@ -28,7 +28,7 @@ paying off. What each component saved is collected in a :class:`SearchReport`
 shared by the clones MetaSchedule makes per task.
 
 With ``suggested`` (``edgetune tune --suggested``, settings per task type
-from the history, :mod:`edgetune.history.suggest`), each per-task clone looks
+from the history, :mod:`edgetune.search.suggest`), each per-task clone looks
 up its own task type (the operator signature of its workload) when
 MetaSchedule initialises it with the task's context: the adaptive early stop
 starts from the type's trial count as ``im`` (and may still extend it), the
@@ -54,7 +54,7 @@ from ..common.choices import SAMPLERS
 from ..common.failure import is_valid_secs
 from .early_stop import EarlyStop, make_early_stop
 from .sampling import KMeansSampler
-from .surrogate import CandidateFeatures, mean_std_or_none
+from ..costmodel.surrogate import CandidateFeatures, mean_std_or_none
 
 
 @dataclass
@@ -166,7 +166,7 @@ class AdaptiveSearch(PySearchStrategy):
     suggested:
         Settings per task type, ``{operator signature: {"max_trials": n,
         "kmeans_distance_ratio": r or None}}``
-        (:func:`edgetune.history.suggest.settings_by_operator`); None: the
+        (:func:`edgetune.search.suggest.settings_by_operator`); None: the
         profile's settings for every task.
     """
 

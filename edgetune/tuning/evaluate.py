@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..board.rpc_tracker import TrackerAddress
-from ..deploy.compile import compare_outputs, compile_model, export_model, run_on_board
+from ..artifact.compile import compare_outputs, compile_model, export_model, run_on_board
 from ..errors import TargetError
 from ..profile import DeviceProfile
 from ..tasks import LoadedModel

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ProfileError
-from ..history.suggest import settings_by_operator, suggest_settings
+from ..search.suggest import settings_by_operator, suggest_settings
 from ..tasks.signature import operator_signature
 from ..profile import DeviceProfile
 from ..search.strategy import SearchReport

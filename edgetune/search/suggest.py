@@ -12,7 +12,7 @@ order they were committed:
   replayed in windows of one batch; every window's candidates get the
   features :class:`~edgetune.search.strategy.AdaptiveSearch` gives the sampler
   (the traces re-applied to the workload,
-  :class:`~edgetune.search.surrogate.CandidateFeatures`), and
+  :class:`~edgetune.costmodel.surrogate.CandidateFeatures`), and
   :class:`~edgetune.search.sampling.KMeansSampler` picks its subset at each
   distance ratio of ``SAMPLING_GRID``. A ratio is safe for a workload when
   the subset holds a candidate within 3% of the window's best latency in at
@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from .store import HistoryStore
-from .maintenance import _target_label
+from ..history.store import HistoryStore
+from ..history.maintenance import _target_label
 from ..tasks.signature import operator_signature
 
 
@@ -135,7 +135,7 @@ def _replay_windows(tuning_records: list[Any], latencies: list[float | None], ba
     from tvm.s_tir.meta_schedule import TuneContext
 
     from edgetune.builder.intrinsics import load_tensor_intrinsics
-    from edgetune.search.surrogate import CandidateFeatures
+    from edgetune.costmodel.surrogate import CandidateFeatures
 
     if not tuning_records:
         return []

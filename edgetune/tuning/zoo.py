@@ -1,4 +1,7 @@
-"""Build a schedule library: tune a zoo of models through the product pipeline into one history, then export it.
+"""``edgetune schedules build``: tune a zoo of models through the product pipeline into one history, export a library.
+
+The library format and its use in a tune are :mod:`edgetune.schedules` (below
+tuning); building one drives :func:`run_tune`, so it lives here, above both.
 
 Many hours of tuning on a 2-core host, so it is resumable: the history is
 the working store. Every model is tuned by :func:`edgetune.tuning.run_tune`
@@ -11,13 +14,14 @@ their budget are skipped at once.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import OptionError
-from .library import DEFAULT_TOP_K, ScheduleLibrary, export_library
+from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary, export_library
 
 
 @dataclass
@@ -46,7 +50,7 @@ def build_library(
 
     ``tracker``/``key`` name a board (farm) to measure on; without them the loopback board of this host.
     """
-    from ..tuning import TuneOptions, TuningPipeline, run_tune
+    from .pipeline import TuneOptions, TuningPipeline, run_tune
 
     if budget_per_workload < 1:
         raise OptionError(f"--budget must be >= 1 trial per workload, got {budget_per_workload} instead")
@@ -87,3 +91,13 @@ def build_library(
 
 def _safe(spec: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in spec.removeprefix("demo:"))
+
+
+def build_command(args: argparse.Namespace) -> int:
+    """``edgetune schedules build``: the zoo (or ``--zoo``) at ``--budget`` into ``--db``, the library to ``--out``."""
+    from ..profile import load_profile
+    from ..tasks.demo import ZOO
+
+    build_library(list(args.zoo or ZOO), load_profile(args.profile), args.db, budget_per_workload=args.budget,
+                  work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key)
+    return 0

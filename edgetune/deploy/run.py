@@ -1,0 +1,107 @@
+"""``edgetune deploy`` as a function: check the inputs, find or compile the artifact, ship it (what the CLI and the API call).
+
+:func:`edgetune.api.deploy` and ``edgetune deploy`` both come here, so the
+deploy package never reaches up to the API.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import DeployInputError
+from ..common.model_objects import DEFAULT_MODEL_NAME, model_arg, save_model
+from .workflow import DeployResult, Tolerance, deploy as deploy_to_board, source_from_model, source_from_run_dir
+
+
+def deploy_run(
+    run: Any = None,
+    *,
+    board: str,
+    model: Any = None,
+    profile: str | None = None,
+    db: str | os.PathLike[str] | None = None,
+    inventory: str | None = None,
+    name: str | None = None,
+    verify: bool = True,
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+    warmup: int = 3,
+    repeat: int = 20,
+    out: str | os.PathLike[str] | None = None,
+    accept_new_host_key: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> DeployResult:
+    """Ship a tuned model to a provisioned board, verify it there and make it current; as ``edgetune deploy``.
+
+    ``run`` is what :func:`edgetune.tune` returned (its :class:`~edgetune.tuning.TuneSummary`)
+    or a run directory; or, instead of ``run``, ``model`` (anything :func:`edgetune.tune`
+    accepts) is compiled for the board's profile with the best schedules of the
+    history ``db``. ``board`` names a board of the inventory. With ``verify``
+    (the default) the board's outputs are checked against a host reference
+    within ``rtol``/``atol`` and the model benchmarked there. ``log`` receives
+    the progress lines the CLI prints. The local copy of the manifest goes to
+    ``out`` (default: ``RUN_DIR/deployments``, or ``edgetune-out/deployments``).
+    """
+    from ..provision.inventory import load_inventory
+
+    inventory_data = load_inventory(inventory)
+    entry = inventory_data.get(board)
+    run_dir = run_directory(run)
+    model = None if isinstance(model, str) and not model else model
+    if (run_dir is None) == (model is None):
+        raise DeployInputError(
+            "deploy must be given RUN_DIR or --model M, got "
+            + ("both" if run_dir is not None else "neither")
+            + " instead; e.g. edgetune deploy --board NAME edgetune-out/RUN"
+        )
+    if repeat < 1 or warmup < 0:
+        raise DeployInputError(f"--repeat must be >= 1 and --warmup >= 0, got {repeat} and {warmup} instead")
+    if rtol < 0 or atol < 0:
+        raise DeployInputError(f"--rtol and --atol must be >= 0, got {rtol:g} and {atol:g} instead")
+    if model is not None and profile:
+        from ..profile import load_profile
+
+        wanted, board_profile = load_profile(profile).name, load_profile(entry.profile).name
+        if wanted != board_profile:  # refuse before spending minutes compiling for the wrong device
+            raise DeployInputError(
+                f"the artifact must be built for board {entry.name}'s profile {board_profile}, got one built for {wanted} "
+                f"instead; drop --profile or pass --profile {board_profile}"
+            )
+    if model is None and (profile or db):
+        raise DeployInputError("--profile and --db must come with --model, got them with RUN_DIR instead; "
+                               "a tune run already fixes both")
+    with tempfile.TemporaryDirectory(prefix="edgetune-deploy-") as tmp:
+        if run_dir is not None:
+            source = source_from_run_dir(run_dir)
+            local_dir = Path(out) if out else run_dir / "deployments"
+        else:
+            local_dir = Path(out) if out else Path("edgetune-out") / "deployments"
+            spec, obj, suffix = model_arg(model)
+            if obj is not None:  # kept beside the manifest, which names it as the model's source
+                spec = str(save_model(obj, local_dir / "models" / f"{name or DEFAULT_MODEL_NAME}{suffix}"))
+            source = source_from_model(spec, profile or entry.profile, None if db is None else os.fspath(db), Path(tmp))
+        return deploy_to_board(
+            entry, inventory_data, source, local_dir, verify=verify, tolerance=Tolerance(rtol, atol), warmup=warmup,
+            repeat=repeat, accept_new_host_key=accept_new_host_key, log=log or (lambda _message: None),
+        )
+
+
+def run_directory(run: Any) -> Path | None:
+    """The run directory of a tune summary or path (None for None)."""
+    if run is None or (isinstance(run, str) and not run):
+        return None
+    if isinstance(run, (str, os.PathLike)):
+        return Path(run)
+    from ..tuning import TuneSummary
+
+    if isinstance(run, TuneSummary):
+        if run.artifact is None:
+            raise DeployInputError(
+                "the tune run must have compiled the model to be deployed, got one run with evaluate=False instead; "
+                "tune again with evaluate=True, or deploy model=... with db=... its history"
+            )
+        return run.artifact.parent
+    raise DeployInputError(f"run must be a TuneSummary or a run directory, got {type(run).__name__} instead")

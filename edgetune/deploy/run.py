@@ -34,17 +34,7 @@ def deploy_run(
     accept_new_host_key: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> DeployResult:
-    """Ship a tuned model to a provisioned board, verify it there and make it current; as ``edgetune deploy``.
-
-    ``run`` is what :func:`edgetune.tune` returned (its :class:`~edgetune.tuning.TuneSummary`)
-    or a run directory; or, instead of ``run``, ``model`` (anything :func:`edgetune.tune`
-    accepts) is compiled for the board's profile with the best schedules of the
-    history ``db``. ``board`` names a board of the inventory. With ``verify``
-    (the default) the board's outputs are checked against a host reference
-    within ``rtol``/``atol`` and the model benchmarked there. ``log`` receives
-    the progress lines the CLI prints. The local copy of the manifest goes to
-    ``out`` (default: ``RUN_DIR/deployments``, or ``edgetune-out/deployments``).
-    """
+    """:func:`edgetune.api.deploy` (``edgetune deploy``), whose docstring says what each argument means."""
     from ..provision.inventory import load_inventory
 
     inventory_data = load_inventory(inventory)

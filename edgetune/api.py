@@ -22,30 +22,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from .common.choices import (
-    COST_MODELS, EARLY_STOPS, EVALUATORS, EXPLORATIONS, GRAPH_OPTIMIZATIONS, SAMPLERS, TASK_SCHEDULERS, TRANSFERS, WARM_START_MODES,
-)
+from .common.choices import TASK_SCHEDULERS, WARM_START_MODES
 from .common.interrupts import forward_sigint_to_main_thread
 from .errors import OptionError, ProfileError, TuningInterrupted
 from .common.model_objects import DEFAULT_MODEL_NAME, model_arg, save_model
+from .profile.schema import PROFILE_FLAGS
 
 if TYPE_CHECKING:
     from .deploy.workflow import DeployResult
     from .tuning import ProgressSink, TuneOptions, TuneSummary
-
-#: per-run overrides of profile keys, as the CLI's flags: argument -> (profile section, key, allowed values; () = any)
-PROFILE_FLAGS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "sampler": ("tuning", "sampler", SAMPLERS),
-    "early_stop": ("tuning", "early_stop", EARLY_STOPS),
-    "cost_model": ("tuning", "cost_model", COST_MODELS),
-    "exploration": ("tuning", "exploration", EXPLORATIONS),
-    "transfer": ("tuning", "transfer", TRANSFERS),
-    "graph_optimization": ("tuning", "graph_optimization", GRAPH_OPTIMIZATIONS),
-    "schedules": ("tuning", "schedules", ()),  # auto, off or a library file
-    "evaluator": ("measure", "evaluator", EVALUATORS),
-}
-
-
 
 def default_out(model: str, profile: str) -> Path:
     """``./edgetune-out/MODEL-PROFILE``: where a run goes without ``--out``."""
@@ -77,9 +62,9 @@ def tune_options(
     ``board`` names a board of the inventory: its profile, tracker and key are
     the defaults of ``profile``, ``tracker`` and ``key``. ``profile`` is a name,
     a TOML file or a :class:`~edgetune.profile.DeviceProfile`. ``flags`` are
-    the measurement-reduction overrides (``sampler``, ``early_stop``,
-    ``cost_model``, ``exploration``, ``transfer``, ``evaluator``, ``graph_optimization``, ``schedules``; None keeps
-    the profile's) and ``overrides`` any other profile keys by section
+    the profile keys declared with a flag (:data:`~edgetune.profile.schema.PROFILE_FLAGS`:
+    ``sampler``, ``cost_model``, ``schedules``...; None keeps the profile's) and
+    ``overrides`` any other profile keys by section
     (``{"tuning": {"num_trials_per_iter": 8}}``), validated like the file.
     """
     from .profile import DeviceProfile, load_profile
@@ -92,8 +77,8 @@ def tune_options(
     if scheduler is not None:
         _check_choice("scheduler", scheduler, TASK_SCHEDULERS)
     for name, value in flags.items():
-        if value is not None and PROFILE_FLAGS[name][2]:
-            _check_choice(name, value, PROFILE_FLAGS[name][2])
+        if value is not None and PROFILE_FLAGS[name].choices:
+            _check_choice(name, value, PROFILE_FLAGS[name].choices)
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 0):
         raise OptionError(f"--trials must be >= 0, got {trials} instead")
     if board:
@@ -110,8 +95,8 @@ def tune_options(
     sections: dict[str, dict[str, Any]] = {section: dict(values) for section, values in (overrides or {}).items()}
     for name, value in flags.items():
         if value is not None:
-            section, field, _choices = PROFILE_FLAGS[name]
-            sections.setdefault(section, {})[field] = value
+            flag = PROFILE_FLAGS[name]
+            sections.setdefault(flag.section, {})[flag.key] = value
     if sections:
         loaded = loaded.with_overrides(**sections)
     return TuneOptions(
@@ -147,17 +132,10 @@ def tune(
     warm_start: str = "same",
     suggested: bool = False,
     scheduler: str | None = None,
-    sampler: str | None = None,
-    early_stop: str | None = None,
-    cost_model: str | None = None,
-    exploration: str | None = None,
-    transfer: str | None = None,
-    evaluator: str | None = None,
-    graph_optimization: str | None = None,
-    schedules: str | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     progress: "bool | ProgressSink" = False,
     report: bool = True,
+    **flags: Any,
 ) -> "TuneSummary":
     """Tune ``model`` for a device profile, measuring on the device; return the run summary.
 
@@ -172,7 +150,10 @@ def tune(
     ``name`` names an ``onnx.ModelProto`` or ``ExportedProgram`` passed in
     (its file in ``out`` and the default ``out``). ``progress`` is False
     (quiet), True (the CLI's progress display on stderr) or a
-    :class:`~edgetune.tuning.ProgressSink`.
+    :class:`~edgetune.tuning.ProgressSink`. Every profile key that ``edgetune
+    tune`` takes as a flag is a keyword argument too (``sampler="random"``,
+    ``library_schedules=2``...; None keeps the profile's; listed below), and
+    ``overrides`` sets any other key by section (``{"tuning": {"seed": 3}}``).
 
     The summary is also written to ``OUT/summary.json``; with ``evaluate``
     (the default) ``summary.artifact`` is the compiled ``model.so`` and
@@ -184,6 +165,9 @@ def tune(
     from .board.base import Board
     from .tuning import run_tune
 
+    for flag in flags:
+        if flag not in PROFILE_FLAGS:
+            raise TypeError(f"tune() got an unexpected keyword argument {flag!r}")
     spec, obj, suffix = model_arg(model)
     label = spec if spec is not None else f"{name or DEFAULT_MODEL_NAME}{suffix}"
     board_name = board if isinstance(board, str) else None
@@ -194,8 +178,7 @@ def tune(
     options = tune_options(
         label, profile, board=board_name, inventory=inventory, tracker=tracker, key=key, trials=trials, db=db, out=out,
         evaluate=evaluate, warm_start=warm_start, suggested=suggested, scheduler=scheduler, overrides=overrides,
-        sampler=sampler, early_stop=early_stop, cost_model=cost_model, exploration=exploration, transfer=transfer,
-        evaluator=evaluator, graph_optimization=graph_optimization, schedules=schedules,
+        **flags,
     )
     if board is not None and board_name is None:
         options.board = board
@@ -212,6 +195,24 @@ def tune(
     if report:
         _write_report(Path(options.out_dir))
     return summary
+
+
+def _with_flag_keywords(function: Callable[..., Any]) -> None:
+    """Show the declared profile flags as ``function``'s keyword-only parameters (``help()``, IDEs) and in its docstring."""
+    import inspect
+
+    signature = inspect.signature(function)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    declared = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=f"{flag.type.__name__ if flag.type else 'Any'} | None")
+        for name, flag in PROFILE_FLAGS.items()
+    ]
+    function.__signature__ = signature.replace(parameters=params + declared)  # type: ignore[attr-defined]
+    lines = [f"    ``{name}``: {flag.help.replace('%%', '%')} [{flag.dotted}]" for name, flag in PROFILE_FLAGS.items()]
+    function.__doc__ = (function.__doc__ or "").rstrip() + "\n\n    Profile keys as keyword arguments:\n\n" + "\n".join(lines) + "\n"
+
+
+_with_flag_keywords(tune)
 
 
 def _write_report(out_dir: Path) -> None:

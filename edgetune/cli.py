@@ -15,14 +15,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .common.choices import (
-    COST_MODELS,
-    EARLY_STOPS,
-    EVALUATORS,
-    EXPLORATIONS,
-    GRAPH_OPTIMIZATIONS,
-    SAMPLERS,
     TASK_SCHEDULERS,
-    TRANSFERS,
     WARM_START_MODES,
 )
 from .errors import EdgetuneError, TuningInterrupted
@@ -112,30 +105,31 @@ def _add_tune_parser(sub: Any) -> None:
         choices=TASK_SCHEDULERS,
         help="how the budget is shared between the model's tasks (default: the profile's tuning.task_scheduler)",
     )
-    reduce = tune.add_argument_group(
-        "fewer on-device trials", "each overrides the profile key named in brackets; `none`/`fixed`/`xgb` give stock MetaSchedule"
-    )
-    reduce.add_argument("--evaluator", choices=EVALUATORS, help="time candidates until their throughput CV is low (adaptive) or a fixed number of runs [measure.evaluator]")
-    reduce.add_argument("--sampler", choices=SAMPLERS, help="measure one candidate per K-means cluster of each batch [tuning.sampler]")
-    reduce.add_argument("--early-stop", choices=EARLY_STOPS, help="end a task when its batches stop improving [tuning.early_stop]")
-    reduce.add_argument("--cost-model", choices=COST_MODELS, help="xgb (AutoTVM), rf (random forest + expected improvement), meta (MetaTune, needs edgetune[meta]) or random [tuning.cost_model]")
-    reduce.add_argument("--exploration", choices=EXPLORATIONS, help="random share of each batch from the forest's uncertainty (contextual) or a fixed 5%% [tuning.exploration]")
-    reduce.add_argument("--transfer", choices=TRANSFERS, help="half of each task's first batch replayed from the best schedules of the same operator at other shapes in the history (similar), or none (off) [tuning.transfer]")
-    tune.add_argument(
-        "--schedules", metavar="auto|off|FILE",
-        help="start each task from a schedule library: auto (default: the one shipped for the target's CPU family, "
-        "if any), off, or a library file (`edgetune schedules export`); a task whose workload is in it measures the "
-        "library's schedule first, other shapes seed the first batches [tuning.schedules]",
-    )
-    tune.add_argument(
-        "--graph-optimization", choices=GRAPH_OPTIMIZATIONS,
-        help="full (default): fold batch norms into their convolution or dense layer and fold constants before the "
-        "model's kernels are extracted, as ONNX Runtime prepares a graph; none: tune the graph as imported "
-        "[tuning.graph_optimization]",
-    )
+    _add_profile_flags(tune)
     tune.add_argument("--no-evaluate", action="store_true", help="skip compiling and measuring the whole model after tuning")
     tune.add_argument("--quiet", "-q", action="store_true", help="no progress display, only the final summary")
     tune.set_defaults(func=_run_tune)
+
+
+def _add_profile_flags(tune: Any) -> None:
+    """One flag per profile key declared with one (edgetune/profile/schema.py), overriding it for this run."""
+    from .profile.schema import FEWER_TRIALS, PROFILE_FLAGS
+
+    groups = {
+        FEWER_TRIALS: tune.add_argument_group(
+            FEWER_TRIALS, "each overrides the profile key named in brackets; `none`/`fixed`/`xgb` give stock MetaSchedule",
+        ),
+        "": tune,
+    }
+    for flag in PROFILE_FLAGS.values():
+        options: dict[str, Any] = {"help": f"{flag.help} [{flag.dotted}]", "metavar": flag.metavar}
+        if flag.choices:
+            options["choices"] = flag.choices
+        elif flag.type is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif flag.type is not None:
+            options["type"] = flag.type
+        groups[flag.group].add_argument(flag.option, dest=flag.name, **options)
 
 
 def _add_other_parsers(sub: Any) -> None:
@@ -188,7 +182,8 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 
 def _tune_with_progress(args: argparse.Namespace) -> int:
-    from .api import PROFILE_FLAGS, tune_options
+    from .api import tune_options
+    from .profile.schema import PROFILE_FLAGS
     from .progress import RichProgress
     from .tuning import run_tune
 

@@ -486,3 +486,41 @@ def test_cli_sets_dispatch_function() -> None:
     add_profiles_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["profiles", "show", "host"])
     assert args.func is run_profiles and args.name == "host"
+
+
+def test_each_key_is_declared_once_and_the_checks_flags_and_keywords_follow() -> None:
+    """The settings dataclasses are the one declaration: the check table, CLI flags and tune() keywords read them."""
+    import dataclasses
+    import inspect
+
+    import edgetune
+    from edgetune.cli import _build_parser
+    from edgetune.profile.schema import _DERIVED, _SECTION_CLASSES, PROFILE_FLAGS, SECTIONS
+
+    for section, settings in _SECTION_CLASSES.items():
+        declared = dataclasses.fields(settings)
+        assert list(SECTIONS[section]) == [f.name for f in declared]
+        for f in declared:
+            expected = _DERIVED if f.metadata["derived"] else (None if f.default is dataclasses.MISSING else f.default)
+            assert SECTIONS[section][f.name].default is expected or SECTIONS[section][f.name].default == expected
+    assert {"sampler", "cost_model", "schedules", "graph_optimization", "library_schedules"} <= set(PROFILE_FLAGS)
+    keywords = inspect.signature(edgetune.tune).parameters
+    parser = _build_parser()
+    for name, flag in PROFILE_FLAGS.items():
+        assert flag.key in SECTIONS[flag.section]
+        assert keywords[name].kind is inspect.Parameter.KEYWORD_ONLY and keywords[name].default is None
+        assert f"[{flag.dotted}]" in edgetune.tune.__doc__
+        value = flag.choices[-1] if flag.choices else "3"
+        args = parser.parse_args(["tune", "--model", "m.onnx", flag.option, value])
+        assert getattr(args, name) == (int(value) if flag.type is int else value)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_flag'"):
+        edgetune.tune("demo:tiny-cnn", no_such_flag=1)
+
+
+def test_a_flag_is_checked_like_its_profile_key() -> None:
+    from edgetune.api import tune_options
+
+    options = tune_options("demo:tiny-cnn", "host", library_schedules=2, sampler="none")
+    assert options.profile.tuning.library_schedules == 2 and options.profile.tuning.sampler == "none"
+    with pytest.raises(ProfileError, match=r"key 'tuning.library_schedules' must be an integer >= 1, got 0 \(int\) instead"):
+        tune_options("demo:tiny-cnn", "host", library_schedules=0)

@@ -155,6 +155,28 @@ def test_a_tune_covered_by_the_library_delivers_its_schedules_after_one_trial_pe
     assert any("started from the library's schedule" in line for line in summary.library_lines())
 
 
+def test_library_schedules_measures_the_libraries_best_few_and_keeps_the_fastest(library_file, tmp_path, loopback_board) -> None:
+    """--library-schedules 2: a covered task measures the library's two best (one trial each) and delivers the faster."""
+    path, _db, _profile = library_file
+    library = load_library(path)
+    profile = host_profile(loopback_board, schedules=str(path), library_schedules=2)
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    entries = [library.find(task.dispatched[0]) for task in extracted]
+    expected = [min(2, len(e.schedules)) if e is not None and e.schedules else 1 for e in entries]
+    assert max(expected) == 2, "the library keeps two schedules of some workload"
+    summary = tune(profile, loopback_board, tmp_path / "run", trials=sum(expected), evaluate=False)
+    assert summary.trials.this_run == sum(expected)
+    by_hash = {w.shash: w for w in library.workloads}
+    for task in summary.tasks:
+        entry = by_hash.get(task.workload_hash)
+        if entry is not None and entry.schedules:
+            assert task.trials_this_run == min(2, len(entry.schedules))
+            assert task.best_latency_us == pytest.approx(task.library_latency_us)  # the faster of the two
+
+
 def test_a_damaged_library_leaves_the_tune_running(tmp_path, loopback_board) -> None:
     bad = tmp_path / "bad.schedules.gz"
     bad.write_bytes(b"\x1f\x8b not really gzip")

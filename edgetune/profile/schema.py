@@ -55,110 +55,6 @@ CPU_KINDS = ("llvm", "c")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-@dataclass(frozen=True)
-class BuildSettings:
-    """How candidates are compiled on the host."""
-
-    cross_compiler: str = ""
-    cross_compiler_flags: tuple[str, ...] = ()
-    timeout_sec: float = 60.0
-    workers: int = 0
-
-
-@dataclass(frozen=True)
-class RPCSettings:
-    """How the board is reached through the RPC tracker."""
-
-    key: str
-    device: str
-    session_timeout_sec: float = 120.0
-
-
-@dataclass(frozen=True)
-class MeasureSettings:
-    """How each built candidate is timed on the board."""
-
-    number: int = 10
-    repeat: int = 3
-    min_repeat_ms: int = 50
-    cooldown_sec: float = 0.0
-    enable_cpu_cache_flush: bool = False
-    timeout_sec: float = 30.0
-    # boards one batch is spread over when several RPC servers share the key (0: all free ones)
-    max_boards: int = 0
-    # "adaptive": micro-batches of single runs until the throughput CV is low
-    # (AdaTune); "fixed": number x repeat with min_repeat_ms, as stock MetaSchedule
-    evaluator: str = "adaptive"
-    micro_batch: int = 50
-    max_runs: int = 500
-    cv_threshold: float = 0.03
-    min_runs: int = 0
-    micro_batch_ms: float = 25.0
-    # device time one candidate may take (at least stock's: 4 x run time); 0: no budget
-    budget_ms: float = 100.0
-    # "ci": stop once the mean's 95 % CI is within ci_threshold; "cv": the paper's CV rule;
-    # "auto": CI for kernels too long for a full micro-batch, CV for the rest
-    stop_rule: str = "auto"
-    ci_threshold: float = 0.03
-    # provisioned boards (edgetune tune --board): a board above this SoC temperature, or under the
-    # performance governor below min_freq_ratio of its top clock, is throttling; batches wait (at
-    # most cool_wait_sec) until it cools
-    max_temp_c: float = 80.0
-    min_freq_ratio: float = 0.8
-    cool_wait_sec: float = 120.0
-
-
-@dataclass(frozen=True)
-class TuningSettings:
-    """Default search budget and MetaSchedule components for ``edgetune tune``."""
-
-    trials: int = 256
-    num_trials_per_iter: int = 16
-    max_trials_per_task: int = 0
-    cost_model: str = "rf"
-    # MetaTune model file of cost_model = "meta" (edgetune costmodel pretrain); "": the bundled one
-    cost_model_file: str = ""
-    # cost_model = "meta": a task's measurements at which the random forest weighs as much as MetaTune; 0: MetaTune alone
-    meta_handoff_samples: int = 0
-    search_strategy: str = "evolutionary"
-    population_size: int = 0
-    task_scheduler: str = "gradient"
-    seed: int = 0
-    # measurement reduction (see edgetune/search/strategy.py)
-    sampler: str = "kmeans"
-    kmeans_distance_ratio: float = 0.3
-    early_stop: str = "adaptive"
-    early_stop_initial: int = 0
-    early_stop_increment: float = 1.0
-    early_stop_decrement: float = 1.0
-    early_stop_flops_ratio: float = 0.05
-    early_stop_min_step: int = 0
-    early_stop_max_step: int = 0
-    early_stop_patience: int = 0
-    exploration: str = "contextual"
-    transfer: str = "similar"
-    conv_layout: str = "as-is"
-    # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
-    graph_optimization: str = "full"
-    # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
-    schedules: str = "auto"
-    minor_task_share: float = 0.01
-    minor_task_trials: int = 2
-    # measure each task's untuned code (its default schedule) as one trial before the search, so the
-    # tuned model is never slower than the untuned one (see edgetune/tuning/baseline.py); false: skip it
-    default_schedule: bool = True
-
-
-@dataclass(frozen=True)
-class DeviceSettings:
-    """Facts about the board that TVM's target does not carry."""
-
-    arch: str
-    peak_gflops: float | None = None
-    num_threads: int = 1
-    core_affinity: tuple[int, ...] = ()
-
-
 # --------------------------------------------------------------------------- value checks
 
 
@@ -172,11 +68,16 @@ class _Mismatch(Exception):
 
 @dataclass(frozen=True)
 class _Spec:
-    """One key: what it must be (for messages), how to check/convert it, its default."""
+    """One key: what it must be (for messages), how to check/convert it, its default.
+
+    ``choices`` and ``type`` are what a CLI flag for the key accepts.
+    """
 
     expected: str
     convert: Callable[[Any], Any]
     default: Any = None
+    choices: tuple[str, ...] = ()
+    type: type | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -190,7 +91,7 @@ def _integer(minimum: int | None = None, default: Any = None) -> _Spec:
         return value
 
     expected = "an integer" if minimum is None else f"an integer >= {minimum}"
-    return _Spec(expected, convert, default)
+    return _Spec(expected, convert, default, type=int)
 
 
 def _number(*, above: float | None = None, at_least: float | None = None, default: Any = None) -> _Spec:
@@ -204,7 +105,7 @@ def _number(*, above: float | None = None, at_least: float | None = None, defaul
         return float(value)
 
     bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
-    return _Spec(f"a number{bound}", convert, default)
+    return _Spec(f"a number{bound}", convert, default, type=float)
 
 
 def _string(choices: tuple[str, ...] = (), default: Any = None) -> _Spec:
@@ -217,7 +118,7 @@ def _string(choices: tuple[str, ...] = (), default: Any = None) -> _Spec:
         return value
 
     expected = "one of " + ", ".join(f"'{c}'" for c in choices) if choices else "a string"
-    return _Spec(expected, convert, default)
+    return _Spec(expected, convert, default, choices=choices, type=str)
 
 
 def _nonempty_string(default: Any = None) -> _Spec:
@@ -226,16 +127,16 @@ def _nonempty_string(default: Any = None) -> _Spec:
             raise _Mismatch
         return value
 
-    return _Spec("a non-empty string", convert, default)
+    return _Spec("a non-empty string", convert, default, type=str)
 
 
-def _boolean(default: bool) -> _Spec:
+def _boolean(default: Any = None) -> _Spec:
     def convert(value: Any) -> bool:
         if not isinstance(value, bool):
             raise _Mismatch
         return value
 
-    return _Spec("a boolean (true or false)", convert, default)
+    return _Spec("a boolean (true or false)", convert, default, type=bool)
 
 
 def _string_list(default: tuple[str, ...] = ()) -> _Spec:
@@ -270,77 +171,165 @@ _DESCRIPTION_SPEC = _string(default="")
 #: Keys whose default depends on other keys; filled in by :func:`parse_profile`.
 _DERIVED = object()
 
-#: Every table of a profile except [target]/[host_target], key -> spec (with default).
-SECTIONS: dict[str, dict[str, _Spec]] = {
-    "build": {
-        "cross_compiler": _string(default=""),
-        "cross_compiler_flags": _string_list(),
-        "timeout_sec": _number(above=0, default=60.0),
-        "workers": _integer(0, default=0),
-    },
-    "rpc": {
-        "key": _nonempty_string(default=_DERIVED),
-        "device": _string(RPC_DEVICES, default=_DERIVED),
-        "session_timeout_sec": _number(above=0, default=120.0),
-    },
-    "measure": {
-        "number": _integer(1, default=10),
-        "repeat": _integer(1, default=3),
-        "min_repeat_ms": _integer(0, default=50),
-        "cooldown_sec": _number(at_least=0, default=0.0),
-        "enable_cpu_cache_flush": _boolean(False),
-        "timeout_sec": _number(above=0, default=30.0),
-        "max_boards": _integer(0, default=0),
-        "evaluator": _string(EVALUATORS, default="adaptive"),
-        "micro_batch": _integer(1, default=50),
-        "max_runs": _integer(1, default=500),
-        "cv_threshold": _number(above=0, default=0.03),
-        "min_runs": _integer(0, default=0),
-        "micro_batch_ms": _number(at_least=0, default=25.0),
-        "budget_ms": _number(at_least=0, default=100.0),
-        "stop_rule": _string(STOP_RULES, default="auto"),
-        "ci_threshold": _number(above=0, default=0.03),
-        "max_temp_c": _number(above=0, default=80.0),
-        "min_freq_ratio": _number(at_least=0, default=0.8),
-        "cool_wait_sec": _number(at_least=0, default=120.0),
-    },
-    "tuning": {
-        "trials": _integer(1, default=256),
-        "num_trials_per_iter": _integer(1, default=16),
-        "max_trials_per_task": _integer(0, default=0),
-        "cost_model": _string(COST_MODELS, default="rf"),
-        "cost_model_file": _string(default=""),
-        "meta_handoff_samples": _integer(0, default=0),
-        "search_strategy": _string(SEARCH_STRATEGIES, default="evolutionary"),
-        "population_size": _integer(0, default=0),
-        "task_scheduler": _string(TASK_SCHEDULERS, default="gradient"),
-        "seed": _integer(default=0),
-        "sampler": _string(SAMPLERS, default="kmeans"),
-        "kmeans_distance_ratio": _number(above=0, default=0.3),
-        "early_stop": _string(EARLY_STOPS, default="adaptive"),
-        "early_stop_initial": _integer(0, default=0),
-        "early_stop_increment": _number(at_least=0, default=1.0),
-        "early_stop_decrement": _number(at_least=0, default=1.0),
-        "early_stop_flops_ratio": _number(at_least=0, default=0.05),
-        "early_stop_min_step": _integer(0, default=0),
-        "early_stop_max_step": _integer(0, default=0),
-        "early_stop_patience": _integer(0, default=0),
-        "exploration": _string(EXPLORATIONS, default="contextual"),
-        "transfer": _string(TRANSFERS, default="similar"),
-        "conv_layout": _string(CONV_LAYOUTS, default="as-is"),
-        "graph_optimization": _string(GRAPH_OPTIMIZATIONS, default="full"),
-        "schedules": _nonempty_string(default="auto"),
-        "minor_task_share": _number(at_least=0, default=0.01),
-        "minor_task_trials": _integer(1, default=2),
-        "default_schedule": _boolean(True),
-    },
-    "device": {
-        "arch": _nonempty_string(default=_DERIVED),
-        "peak_gflops": _number(above=0, default=None),
-        "num_threads": _integer(1, default=_DERIVED),
-        "core_affinity": _cpu_list(),
-    },
-}
+#: A group of CLI flags: the measurement-reducing switches share one heading in ``edgetune tune --help``.
+FEWER_TRIALS = "fewer on-device trials"
+
+
+def declare(
+    check: _Spec,
+    default: Any = dataclasses.MISSING,
+    *,
+    derived: bool = False,
+    flag: str = "",
+    metavar: str | None = None,
+    group: str = "",
+) -> Any:
+    """Declare one profile key, once: its check, its default and (with ``flag``, the help) its CLI flag and API keyword.
+
+    ``derived``: the default follows from other keys (:meth:`_Parser.derive_defaults`); ``default`` is
+    then only the dataclass's. The table of checks (:data:`SECTIONS`), the CLI flags of ``edgetune tune``
+    and the keyword arguments of ``edgetune.tune()`` are all read from these declarations.
+    """
+    metadata = {"check": check, "derived": derived, "flag": flag, "metavar": metavar, "group": group}
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How candidates are compiled on the host."""
+
+    cross_compiler: str = declare(_string(), "")
+    cross_compiler_flags: tuple[str, ...] = declare(_string_list(), ())
+    timeout_sec: float = declare(_number(above=0), 60.0)
+    workers: int = declare(_integer(0), 0)
+
+
+@dataclass(frozen=True)
+class RPCSettings:
+    """How the board is reached through the RPC tracker."""
+
+    key: str = declare(_nonempty_string(), derived=True)  # the profile's name
+    device: str = declare(_string(RPC_DEVICES), derived=True)  # from the target's kind
+    session_timeout_sec: float = declare(_number(above=0), 120.0)
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How each built candidate is timed on the board."""
+
+    number: int = declare(_integer(1), 10)
+    repeat: int = declare(_integer(1), 3)
+    min_repeat_ms: int = declare(_integer(0), 50)
+    cooldown_sec: float = declare(_number(at_least=0), 0.0)
+    enable_cpu_cache_flush: bool = declare(_boolean(), False)
+    timeout_sec: float = declare(_number(above=0), 30.0)
+    # boards one batch is spread over when several RPC servers share the key (0: all free ones)
+    max_boards: int = declare(_integer(0), 0)
+    # "adaptive": micro-batches of single runs until the throughput CV is low
+    # (AdaTune); "fixed": number x repeat with min_repeat_ms, as stock MetaSchedule
+    evaluator: str = declare(
+        _string(EVALUATORS), "adaptive", group=FEWER_TRIALS,
+        flag="time candidates until their throughput CV is low (adaptive) or a fixed number of runs",
+    )
+    micro_batch: int = declare(_integer(1), 50)
+    max_runs: int = declare(_integer(1), 500)
+    cv_threshold: float = declare(_number(above=0), 0.03)
+    min_runs: int = declare(_integer(0), 0)
+    micro_batch_ms: float = declare(_number(at_least=0), 25.0)
+    # device time one candidate may take (at least stock's: 4 x run time); 0: no budget
+    budget_ms: float = declare(_number(at_least=0), 100.0)
+    # "ci": stop once the mean's 95 % CI is within ci_threshold; "cv": the paper's CV rule;
+    # "auto": CI for kernels too long for a full micro-batch, CV for the rest
+    stop_rule: str = declare(_string(STOP_RULES), "auto")
+    ci_threshold: float = declare(_number(above=0), 0.03)
+    # provisioned boards (edgetune tune --board): a board above this SoC temperature, or under the
+    # performance governor below min_freq_ratio of its top clock, is throttling; batches wait (at
+    # most cool_wait_sec) until it cools
+    max_temp_c: float = declare(_number(above=0), 80.0)
+    min_freq_ratio: float = declare(_number(at_least=0), 0.8)
+    cool_wait_sec: float = declare(_number(at_least=0), 120.0)
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """Default search budget and MetaSchedule components for ``edgetune tune``."""
+
+    trials: int = declare(_integer(1), 256)
+    num_trials_per_iter: int = declare(_integer(1), 16)
+    max_trials_per_task: int = declare(_integer(0), 0)
+    cost_model: str = declare(
+        _string(COST_MODELS), "rf", group=FEWER_TRIALS,
+        flag="xgb (AutoTVM), rf (random forest + expected improvement), meta (MetaTune, needs edgetune[meta]) or random",
+    )
+    # MetaTune model file of cost_model = "meta" (edgetune costmodel pretrain); "": the bundled one
+    cost_model_file: str = declare(_string(), "")
+    # cost_model = "meta": a task's measurements at which the random forest weighs as much as MetaTune; 0: MetaTune alone
+    meta_handoff_samples: int = declare(_integer(0), 0)
+    search_strategy: str = declare(_string(SEARCH_STRATEGIES), "evolutionary")
+    population_size: int = declare(_integer(0), 0)
+    task_scheduler: str = declare(_string(TASK_SCHEDULERS), "gradient")
+    seed: int = declare(_integer(), 0)
+    # measurement reduction (see edgetune/search/strategy.py)
+    sampler: str = declare(
+        _string(SAMPLERS), "kmeans", group=FEWER_TRIALS, flag="measure one candidate per K-means cluster of each batch",
+    )
+    kmeans_distance_ratio: float = declare(_number(above=0), 0.3)
+    early_stop: str = declare(
+        _string(EARLY_STOPS), "adaptive", group=FEWER_TRIALS, flag="end a task when its batches stop improving",
+    )
+    early_stop_initial: int = declare(_integer(0), 0)
+    early_stop_increment: float = declare(_number(at_least=0), 1.0)
+    early_stop_decrement: float = declare(_number(at_least=0), 1.0)
+    early_stop_flops_ratio: float = declare(_number(at_least=0), 0.05)
+    early_stop_min_step: int = declare(_integer(0), 0)
+    early_stop_max_step: int = declare(_integer(0), 0)
+    early_stop_patience: int = declare(_integer(0), 0)
+    exploration: str = declare(
+        _string(EXPLORATIONS), "contextual", group=FEWER_TRIALS,
+        flag="random share of each batch from the forest's uncertainty (contextual) or a fixed 5%%",
+    )
+    transfer: str = declare(
+        _string(TRANSFERS), "similar", group=FEWER_TRIALS,
+        flag="half of each task's first batch replayed from the best schedules of the same operator at other shapes "
+        "in the history (similar), or none (off)",
+    )
+    conv_layout: str = declare(_string(CONV_LAYOUTS), "as-is")
+    # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
+    graph_optimization: str = declare(
+        _string(GRAPH_OPTIMIZATIONS), "full",
+        flag="full (default): fold batch norms into their convolution or dense layer and fold constants before the "
+        "model's kernels are extracted, as ONNX Runtime prepares a graph; none: tune the graph as imported",
+    )
+    # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
+    schedules: str = declare(
+        _nonempty_string(), "auto", metavar="auto|off|FILE",
+        flag="start each task from a schedule library: auto (default: the one shipped for the target's CPU family, "
+        "if any), off, or a library file (`edgetune schedules export`); a task whose workload is in it measures the "
+        "library's schedule first, other shapes seed the first batches",
+    )
+    # how many of the library's best schedules such a task measures first (each one trial)
+    library_schedules: int = declare(
+        _integer(1), 1, metavar="N",
+        flag="trials a task whose workload is in the schedule library spends on the library's best schedules "
+        "before its search (default 1; the library keeps up to 3 per workload)",
+    )
+    minor_task_share: float = declare(_number(at_least=0), 0.01)
+    minor_task_trials: int = declare(_integer(1), 2)
+    # measure each task's untuned code (its default schedule) as one trial before the search, so the
+    # tuned model is never slower than the untuned one (see edgetune/tuning/baseline.py); false: skip it
+    default_schedule: bool = declare(_boolean(), True)
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """Facts about the board that TVM's target does not carry."""
+
+    arch: str = declare(_nonempty_string(), derived=True)  # from the target's triple, else this machine
+    peak_gflops: float | None = declare(_number(above=0), None)
+    num_threads: int = declare(_integer(1), 1, derived=True)  # the target's num-cores
+    core_affinity: tuple[int, ...] = declare(_cpu_list(), ())
+
+
 _SECTION_CLASSES = {
     "build": BuildSettings,
     "rpc": RPCSettings,
@@ -348,6 +337,63 @@ _SECTION_CLASSES = {
     "tuning": TuningSettings,
     "device": DeviceSettings,
 }
+
+
+def _declared_checks(settings: type) -> dict[str, _Spec]:
+    """A settings class's keys, each check with its default (:data:`_DERIVED` where other keys decide it)."""
+    checks = {}
+    for declared in dataclasses.fields(settings):
+        check, default = declared.metadata["check"], declared.default
+        if declared.metadata["derived"]:
+            default = _DERIVED
+        elif default is dataclasses.MISSING:
+            default = None
+        checks[declared.name] = dataclasses.replace(check, default=default)
+    return checks
+
+
+#: Every table of a profile except [target]/[host_target], key -> spec (with default), read from the declarations.
+SECTIONS: dict[str, dict[str, _Spec]] = {section: _declared_checks(cls) for section, cls in _SECTION_CLASSES.items()}
+
+
+@dataclass(frozen=True)
+class ProfileFlag:
+    """A profile key that ``edgetune tune`` takes as a flag and ``edgetune.tune()`` as a keyword argument."""
+
+    name: str  # the keyword argument; the flag is --name-with-dashes
+    section: str
+    key: str
+    help: str
+    choices: tuple[str, ...]
+    type: type | None
+    metavar: str | None
+    group: str
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+def _declared_flags() -> dict[str, ProfileFlag]:
+    flags = {}
+    for section, cls in _SECTION_CLASSES.items():
+        for declared in dataclasses.fields(cls):
+            meta = declared.metadata
+            if meta["flag"]:
+                check = meta["check"]
+                flags[declared.name] = ProfileFlag(
+                    declared.name, section, declared.name, meta["flag"], check.choices, check.type, meta["metavar"],
+                    meta["group"],
+                )
+    return flags
+
+
+#: Per-run overrides of profile keys (flag of ``edgetune tune``, keyword of ``edgetune.tune()``), by argument name.
+PROFILE_FLAGS: dict[str, ProfileFlag] = _declared_flags()
 TOP_LEVEL_KEYS = ("name", "description", "target", "host_target", *SECTIONS)
 #: Every valid dotted key of the fixed tables, for suggestions and docs.
 ALL_KEYS = tuple(f"{section}.{key}" for section, specs in SECTIONS.items() for key in specs)

@@ -6,8 +6,9 @@ A library of another family, another TVM or a damaged file is said in one
 line and not used: the tune goes on without it.
 
 For a task whose exact workload is in the library, the library's best
-schedule is replayed on the task and measured on the board as the task's
-first candidate (one trial, stored in the history like any other; the
+schedule (its best ``tuning.library_schedules``) is replayed on the task and
+measured on the board as the task's first candidate (one trial each, stored
+in the history like any other; the
 task's untuned default is not measured then: the library schedule was tuned
 to beat it). Other shapes of the same operator join the history's records
 as transfer seeds of the first batches (``tuning.transfer = "similar"``).
@@ -96,16 +97,22 @@ def _load_checked(choice: LibraryChoice, path: Path) -> LibraryChoice:
     return choice
 
 
-def library_candidate(context: Any, library: ScheduleLibrary) -> Any | None:
-    """The library's best schedule for ``context``'s exact workload, replayed on it; None when absent or it does not apply."""
+def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -> list[Any]:
+    """Up to ``count`` of the library's best schedules for ``context``'s exact workload, replayed on it, the best first.
+
+    Empty when the workload is absent or none of its schedules replays on this task.
+    """
     import tvm.s_tir.meta_schedule as ms
     from tvm.s_tir import Schedule
 
     entry = library.find(context.mod)
     if entry is None or not entry.schedules:
-        return None
+        return []
     postprocs = list(context.space_generator.postprocs or [])
+    replayed: list[Any] = []
     for schedule in entry.schedules:  # the best first; the next if one does not replay
+        if len(replayed) == count:
+            break
         try:
             sch = Schedule(context.mod, seed=1, debug_mask="none")
             entry.trace(schedule).apply_to_schedule(sch, remove_postproc=True)
@@ -114,5 +121,5 @@ def library_candidate(context: Any, library: ScheduleLibrary) -> Any | None:
                 continue
         except Exception:  # noqa: BLE001 - TVM raises its own errors for a trace that does not replay
             continue
-        return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
-    return None
+        replayed.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+    return replayed

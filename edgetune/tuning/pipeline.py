@@ -52,7 +52,7 @@ from ..tasks.graph import prepare_graph
 from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
 
-from ..schedules.use import LibraryChoice, choose_library, library_candidate
+from ..schedules.use import LibraryChoice, choose_library, library_candidates
 from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
@@ -149,7 +149,7 @@ class _Run:
     warm: WarmStartReport = field(default_factory=WarmStartReport)
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
     library: LibraryChoice | None = None  # the schedule library this run starts from (tuning.schedules)
-    library_candidates: dict[int, Any] = field(default_factory=dict)  # task index -> the library's schedule to measure first
+    library_candidates: dict[int, list[Any]] = field(default_factory=dict)  # task index -> the library's schedules to measure first
     defaults_measured: int = 0
     measured_outside: dict[str, int] = field(default_factory=dict)  # per task, measured before the search (its default)
     task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
@@ -485,7 +485,7 @@ class TuningPipeline:
                 if self.stop.event.is_set():
                     raise StopRequested("stop requested during the warm start")
                 self.measure_library_schedules(run)
-                search_budget = plan.remaining - len(run.defaults_to_measure) - len(run.library_candidates)
+                search_budget = plan.remaining - len(run.defaults_to_measure) - sum(map(len, run.library_candidates.values()))
                 if search_budget <= 0:
                     return
                 run.scheduler = self.make_task_scheduler(run)
@@ -550,12 +550,13 @@ class TuningPipeline:
         library = run.library.library
         if library is None or run.plan.remaining <= 0:
             return
+        budget = run.plan.remaining
         for index, ctx in enumerate(run.contexts):
-            if run.plan.previous[index] == 0:  # a task the history already holds resumes from its own records
-                candidate = library_candidate(ctx, library)
-                if candidate is not None:
-                    run.library_candidates[index] = candidate
-        run.library_candidates = dict(list(run.library_candidates.items())[: run.plan.remaining])
+            if run.plan.previous[index] == 0 and budget > 0:  # a task the history holds resumes from its own records
+                found = library_candidates(ctx, library, min(self.profile.tuning.library_schedules, budget))
+                if found:
+                    run.library_candidates[index] = found
+                    budget -= len(found)
 
     def measure_library_schedules(self, run: _Run) -> None:
         """Each covered task's library schedule, measured on the board as its first trial and stored."""
@@ -563,14 +564,17 @@ class TuningPipeline:
             return
         run.progress.phase = f"measuring the schedule library's schedules of {len(run.library_candidates)} tasks"
         self.sink.on_phase(run.progress)
-        measured = measure_candidates(run.contexts, run.library_candidates, run.builder, run.runner)
         record = run.callbacks[0]
-        for index, (candidate, built, ran) in measured.items():
-            name = run.progress.tasks[index].name
-            run.measured_outside[name] = run.measured_outside.get(name, 0) + 1
-            if built.error_msg is None and ran.error_msg is None and ran.run_secs:
-                run.library.exact[name] = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
-            record.record(index, [candidate], [built], [ran])
+        for rank in range(max(map(len, run.library_candidates.values()))):  # one batch per rank: the best first
+            by_task = {i: found[rank] for i, found in run.library_candidates.items() if rank < len(found)}
+            measured = measure_candidates(run.contexts, by_task, run.builder, run.runner)
+            for index, (candidate, built, ran) in measured.items():
+                name = run.progress.tasks[index].name
+                run.measured_outside[name] = run.measured_outside.get(name, 0) + 1
+                if built.error_msg is None and ran.error_msg is None and ran.run_secs:
+                    latency_us = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
+                    run.library.exact[name] = min(latency_us, run.library.exact.get(name, latency_us))
+                record.record(index, [candidate], [built], [ran])
         run.progress.phase = "tuning"
         self.sink.on_phase(run.progress)
 

@@ -137,3 +137,31 @@ def test_the_loop_check_finds_a_loop(tmp_path: Path) -> None:
     (tmp_path / "edgetune" / "high" / "b.py").write_text("from edgetune.low.a import f\n")
     (tmp_path / "edgetune" / "top.py").write_text("from .high import b\n")
     assert import_loops(package_imports(tmp_path)) == [["high", "low"]]
+
+
+def test_the_run_directorys_file_names_are_spelled_only_in_run_dir() -> None:
+    """RunDir (edgetune/common/run_dir.py) names every file of a run directory; code elsewhere reaches them through it."""
+    import ast
+
+    from edgetune.common.run_dir import RunDir
+
+    # file names; plain words ("report", "logs") are also command names and other directories' names
+    names = {value for key, value in vars(RunDir).items() if key.isupper() and isinstance(value, str) and "." in value}
+    assert {"summary.json", "model.so", "history.db"} <= names
+    # the board-side runner is a standalone script copied to the board: it cannot import edgetune
+    allowed = {"edgetune/common/run_dir.py", "edgetune/deploy/runner_template.py"}
+    offenders = []
+    for path in sorted((REPO / "edgetune").rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative in allowed:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        docstrings = {
+            id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings:
+                offenders.append(f"{relative}:{node.lineno}: {node.value!r}")
+    assert not offenders, "use edgetune.common.run_dir.RunDir instead of spelling:\n" + "\n".join(offenders)

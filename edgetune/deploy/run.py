@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from ..common.run_dir import RunDir
 from ..errors import DeployInputError
 from ..common.model_objects import DEFAULT_MODEL_NAME, model_arg, save_model
 from .workflow import DeployResult, Tolerance, deploy as deploy_to_board, source_from_model, source_from_run_dir
@@ -66,9 +67,9 @@ def deploy_run(
     with tempfile.TemporaryDirectory(prefix="edgetune-deploy-") as tmp:
         if run_dir is not None:
             source = source_from_run_dir(run_dir)
-            local_dir = Path(out) if out else run_dir / "deployments"
+            local_dir = Path(out) if out else RunDir(run_dir).deployments
         else:
-            local_dir = Path(out) if out else Path("edgetune-out") / "deployments"
+            local_dir = Path(out) if out else RunDir("edgetune-out").deployments
             spec, obj, suffix = model_arg(model)
             if obj is not None:  # kept beside the manifest, which names it as the model's source
                 spec = str(save_model(obj, local_dir / "models" / f"{name or DEFAULT_MODEL_NAME}{suffix}"))

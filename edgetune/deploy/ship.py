@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..common.run_dir import RunDir
 from ..errors import DeployError
 from ..provision.inventory import BoardEntry
 from ..provision.ssh import BoardConnection
 
-ARTIFACT = "model.so"
+ARTIFACT = RunDir.ARTIFACT  # the same name on the board as in the run directory
 CURRENT = "current"
 PREVIOUS = "previous"
 

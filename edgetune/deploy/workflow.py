@@ -21,13 +21,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..common.run_dir import RunDir
 from ..errors import DeployError, DeployInputError, VerificationError
 from ..provision.inventory import BoardEntry, Inventory
 from ..provision.ssh import BoardConnection
 from .runner_template import RUN_PY
 from .ship import ARTIFACT, Deployment, activate, deployments_root, new_version, safe_model_name, sha256_file, upload
 
-SUMMARY = "summary.json"
+SUMMARY = RunDir.SUMMARY
 MANIFEST = "manifest.json"
 RUNNER = "run.py"
 #: inputs are fixed (seed 0, as `edgetune tune` evaluates), so every deploy is compared on the same data

@@ -12,12 +12,12 @@ import os
 import sys
 from pathlib import Path
 
+from ..common.run_dir import RunDir
 from ..errors import ReportError
 
-REPORT_NAME = "report.html"
-PLOTS_DIR = "report"
-#: tuning.summary.SUMMARY_NAME, not imported so that a wrong directory fails before TVM loads
-_SUMMARY_FILE = "summary.json"
+REPORT_NAME = RunDir.REPORT
+PLOTS_DIR = RunDir.PLOTS
+_SUMMARY_FILE = RunDir.SUMMARY
 
 
 def check_run_dir(run_dir: Path) -> Path:

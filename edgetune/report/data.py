@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..common.run_dir import RunDir
 from ..errors import ReportError
 from ..tuning.settings import MEASUREMENT_LOG
 from ..tuning.summary import TuneSummary, load_sessions
@@ -136,7 +137,7 @@ def _finished_at(summary: TuneSummary) -> float:
 def _default_history(run_dir: Path, summary: TuneSummary) -> str | None:
     """The history summary.json names; the run directory's own history.db when that is gone (a moved run)."""
     named = summary.history or ""
-    local = run_dir / "history.db"
+    local = RunDir(run_dir).history
     if named.startswith("sqlite:") and not Path(named.split(":///", 1)[-1]).exists() and local.exists():
         return str(local)
     return named or (str(local) if local.exists() else None)

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..common.run_dir import RunDir
 from ..board.rpc_tracker import TrackerAddress
 from ..artifact.compile import compare_outputs, compile_model, export_model, run_on_board
 from ..errors import TargetError
@@ -14,10 +15,10 @@ from ..profile import DeviceProfile
 from ..tasks import LoadedModel
 from .summary import EndToEnd
 
-ARTIFACT_NAME = "model.so"
-UNTUNED_ARTIFACT_NAME = "model-untuned.so"
+ARTIFACT_NAME = RunDir.ARTIFACT
+UNTUNED_ARTIFACT_NAME = RunDir.UNTUNED_ARTIFACT
 #: where the tuned build goes when it measured slower than the untuned one and ``model.so`` is the untuned build
-SLOWER_TUNED_ARTIFACT_NAME = "model-tuned-slower.so"
+SLOWER_TUNED_ARTIFACT_NAME = RunDir.SLOWER_TUNED_ARTIFACT
 
 
 def evaluate_end_to_end(

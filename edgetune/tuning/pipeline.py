@@ -30,6 +30,7 @@ import tvm
 import tvm.s_tir.meta_schedule as ms
 import tvm_ffi
 
+from ..common.run_dir import RunDir
 from .. import __version__
 from ..board.base import Board, board_for
 from ..board.rpc_tracker import TrackerAddress
@@ -75,7 +76,7 @@ class TuneOptions:
     out_dir: Path
     tracker: str | None = None  # "host:port"; None starts the loopback board
     key: str | None = None  # defaults to the profile's rpc.key
-    db: str | None = None  # defaults to <out_dir>/history.db
+    db: str | None = None  # defaults to the run directory's history.db
     trials: int | None = None  # defaults to the profile's tuning.trials
     evaluate: bool = True  # compile and measure end to end after tuning
     # "off", "same", "auto" or "similar": cost model trained on history first (see history/warmstart.py)
@@ -196,7 +197,7 @@ class TuningPipeline:
             address = TrackerAddress.parse(self.options.tracker, self.key)
             board = provisioned_board(self.options.board_name, self.options.inventory, self.profile, address, self.notify)
             board.heat_log = out_dir / HEAT_LOG
-        board = board or board_for(self.profile, self.options.tracker, self.key, log_dir=out_dir / "board-logs")
+        board = board or board_for(self.profile, self.options.tracker, self.key, log_dir=RunDir(out_dir).board_logs)
         board.check_profile(self.profile)
         return board
 
@@ -321,7 +322,7 @@ class TuningPipeline:
     def _contexts(self, run: _Run, per_type: Any) -> tuple[list[Any], list[float]]:
         return ms.relax_integration.extracted_tasks_to_tune_contexts(
             run.plan.extracted,
-            work_dir=str(run.out_dir / "logs"),
+            work_dir=str(RunDir(run.out_dir).build_logs),
             strategy=self.make_search_strategy(run, per_type),
             num_threads=os.cpu_count() or 1,
             seed=self.profile.tuning.seed,
@@ -392,7 +393,7 @@ class TuningPipeline:
             if isinstance(board, Board) and board.awaits_measurements:
                 announce(self.sink, self.trials, "starting loopback tracker and RPC server")
             address = stack.enter_context(board)
-            history = open_history(self.options.db or str(out_dir / "history.db"), board_id=self.key)
+            history = open_history(self.options.db or str(RunDir(out_dir).history), board_id=self.key)
             stack.callback(history.close)
             # MetaSchedule's console handler takes the level its logger has right
             # now: keep its per-round tables in the log files, off the terminal.
@@ -492,7 +493,7 @@ class TuningPipeline:
                 ms.tune_tasks(
                     tasks=run.contexts,
                     task_weights=run.weights,
-                    work_dir=str(run.out_dir / "logs"),
+                    work_dir=str(RunDir(run.out_dir).build_logs),
                     max_trials_global=search_budget,
                     max_trials_per_task=self.profile.tuning.max_trials_per_task or plan.remaining,
                     num_trials_per_iter=plan.per_iter,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..common.run_dir import RunDir
 from ..errors import ProfileError
 from ..search.suggest import settings_by_operator, suggest_settings
 from ..tasks.signature import operator_signature
@@ -11,7 +12,7 @@ from ..profile import DeviceProfile
 from ..search.strategy import SearchReport
 
 #: one JSON line per candidate timed by the adaptive evaluator: runs used, final CV
-MEASUREMENT_LOG = "measurements.jsonl"
+MEASUREMENT_LOG = RunDir.MEASUREMENTS
 
 
 def check_combined_settings(profile: DeviceProfile) -> None:

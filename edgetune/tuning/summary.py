@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SUMMARY_NAME = "summary.json"
+from ..common.run_dir import RunDir
+
+SUMMARY_NAME = RunDir.SUMMARY
 #: one line per ``edgetune tune`` session in the run directory: that session's summary (summary.json keeps the last)
-SESSIONS_NAME = "sessions.jsonl"
+SESSIONS_NAME = RunDir.SESSIONS
 
 
 @dataclass

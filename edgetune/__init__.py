@@ -9,7 +9,7 @@ From Python: ``edgetune.tune(model, profile=..., trials=...)`` returns the run's
 ships it (see :mod:`edgetune.api`). Importing edgetune imports neither TVM nor torch.
 """
 
-__version__ = "0.1.0"
+from edgetune._version import __version__
 
 from edgetune import deploy  # noqa: E402 - a light package that is callable as edgetune.api.deploy
 from edgetune.api import tune  # noqa: E402

@@ -163,7 +163,6 @@ def tune(
     a warning, never a failed tune.
     """
     from .board.base import Board
-    from .tuning import run_tune
 
     for flag in flags:
         if flag not in PROFILE_FLAGS:
@@ -182,18 +181,38 @@ def tune(
     )
     if board is not None and board_name is None:
         options.board = board
-    sink = _progress_sink(progress)
     if obj is not None:
         options.model = str(save_model(obj, Path(options.out_dir) / label))
+    return run_and_report(options, progress, report=report)
+
+
+def run_and_report(
+    options: "TuneOptions",
+    progress: "bool | ProgressSink" = False,
+    *,
+    report: bool = True,
+    finished: Callable[["TuneSummary"], None] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> "TuneSummary":
+    """What :func:`tune` and ``edgetune tune`` both run: the tune with Ctrl-C forwarded, then its report.
+
+    The report is written after an interrupted run too (of what it measured). ``finished`` sees the summary
+    before the report is written (the CLI prints it); ``say`` gets the report's ``report: PATH`` line.
+    """
+    from .tuning import run_tune
+
+    sink = _progress_sink(progress)
     try:
         with forward_sigint_to_main_thread(), sink as shown:  # first: the display's thread inherits its mask
             summary = run_tune(options, sink=shown)
     except TuningInterrupted:
         if report:
-            _write_report(Path(options.out_dir))
+            _write_report(Path(options.out_dir), say)
         raise
+    if finished is not None:
+        finished(summary)
     if report:
-        _write_report(Path(options.out_dir))
+        _write_report(Path(options.out_dir), say)
     return summary
 
 
@@ -215,10 +234,13 @@ def _with_flag_keywords(function: Callable[..., Any]) -> None:
 _with_flag_keywords(tune)
 
 
-def _write_report(out_dir: Path) -> None:
+def _write_report(out_dir: Path, say: Callable[[str], None] | None = None) -> None:
+    """The run's HTML report; one warning line (never a failed tune) when it cannot be written."""
     from .report import report_after_tune
 
-    report_after_tune(out_dir)
+    page = report_after_tune(out_dir)
+    if page is not None and say is not None:
+        say(f"report: {page}")
 
 
 def deploy(
@@ -282,7 +304,7 @@ def _progress_sink(progress: Any) -> Any:
     if progress is False or progress is None:
         return _Quiet()
     if progress is True:
-        from .progress import RichProgress
+        from .display import RichProgress
 
         return RichProgress()
     if callable(getattr(progress, "on_phase", None)) and callable(getattr(progress, "on_batch", None)):
@@ -290,4 +312,4 @@ def _progress_sink(progress: Any) -> Any:
     raise OptionError(f"progress must be True, False or a ProgressSink, got {type(progress).__name__} instead")
 
 
-__all__ = ["default_out", "deploy", "tune", "tune_options"]
+__all__ = ["default_out", "deploy", "run_and_report", "tune", "tune_options"]

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
+from ._version import __version__
 from .common.choices import (
     TASK_SCHEDULERS,
     WARM_START_MODES,
@@ -174,49 +173,28 @@ def _schedules_build(args: argparse.Namespace) -> int:
 
 
 def _run_tune(args: argparse.Namespace) -> int:
-    from .common.interrupts import forward_sigint_to_main_thread
-
-    # first, while this is the only thread: every thread started after it inherits the blocked SIGINT
-    with forward_sigint_to_main_thread():  # Ctrl-C arrives even while TVM's Z3 holds SIGINT's handler
-        return _tune_with_progress(args)
-
-
-def _tune_with_progress(args: argparse.Namespace) -> int:
-    from .api import tune_options
+    """``edgetune tune``: the options from the flags, then the same run as ``edgetune.tune()`` (api.run_and_report)."""
+    from .api import run_and_report, tune_options
     from .profile.schema import PROFILE_FLAGS
-    from .progress import RichProgress
-    from .tuning import run_tune
+    from .display import RichProgress
 
     options = tune_options(
         args.model, args.profile, board=args.board, inventory=args.inventory, tracker=args.tracker, key=args.key,
         trials=args.trials, db=args.db, out=args.out, evaluate=not args.no_evaluate, warm_start=args.warm_start,
         suggested=args.suggested, scheduler=args.scheduler, **{flag: getattr(args, flag) for flag in PROFILE_FLAGS},
     )
-    try:
-        with RichProgress(quiet=args.quiet) as display:
-            summary = run_tune(options, sink=display)
-    except TuningInterrupted:
-        _report(options.out_dir)  # of what the interrupted run measured
-        raise
-    display.print_summary(summary, options.out_dir)
-    _report(options.out_dir)
+    display = RichProgress(quiet=args.quiet)
+    run_and_report(options, display, finished=lambda summary: display.print_summary(summary, options.out_dir), say=print)
     return 0
-
-
-def _report(out_dir: Path) -> None:
-    """The run's HTML report; one warning line (never a failed tune) when it cannot be written."""
-    from .report import report_after_tune
-
-    page = report_after_tune(out_dir)
-    if page is not None:
-        print(f"report: {page}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    _exit_cleanly_on_sigterm()
-    _dump_stacks_on_sigusr1()
+    from .common.interrupts import dump_stacks_on_sigusr1, exit_cleanly_on_sigterm
+
+    exit_cleanly_on_sigterm()
+    dump_stacks_on_sigusr1()
     try:
         return int(args.func(args) or 0)
     except TuningInterrupted as error:
@@ -230,33 +208,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgetune: interrupted", file=sys.stderr)
         return 130
-
-
-def _dump_stacks_on_sigusr1() -> None:
-    """``kill -USR1 PID`` prints every thread's stack to stderr: how to see where a stuck run waits."""
-    import faulthandler
-    import signal
-
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
-
-
-def _exit_cleanly_on_sigterm() -> None:
-    """``kill PID`` unwinds like Ctrl-C twice: the embedded board's processes are stopped.
-
-    Python runs no cleanup on SIGTERM by default, which would leave the loopback
-    tracker and RPC server (their own process groups) running.
-    """
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def terminate(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)
 
 
 def _one_line(error: Any) -> str:

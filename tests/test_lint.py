@@ -165,3 +165,80 @@ def test_the_run_directorys_file_names_are_spelled_only_in_run_dir() -> None:
             if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings:
                 offenders.append(f"{relative}:{node.lineno}: {node.value!r}")
     assert not offenders, "use edgetune.common.run_dir.RunDir instead of spelling:\n" + "\n".join(offenders)
+
+
+def _layers() -> dict[str, int]:
+    """docs/architecture.md's table: package -> layer."""
+    import re
+
+    layers = {}
+    for line in (REPO / "docs" / "architecture.md").read_text().splitlines():
+        row = re.match(r"\|\s*(\d+)\s*\|([^|]*)\|", line)
+        if row:
+            for name in re.findall(r"`([\w.]+)`", row.group(2)):
+                layers[name] = int(row.group(1))
+    return layers
+
+
+def _imported_packages(source: str, relative: Path, package: str) -> list[tuple[int, str]]:
+    """(line, edgetune package) for every import in ``source`` of the module ``edgetune/relative`` (function-level too)."""
+    import ast
+
+    parts = list(relative.parts[:-1])  # the module's package path below edgetune: resolves relative imports
+    found = []
+    for node in ast.walk(ast.parse(source, filename=str(relative))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name.split(".")[1]) for a in node.names if a.name.startswith("edgetune.")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = parts[: len(parts) - (node.level - 1)]
+                module = base + (node.module.split(".") if node.module else [])
+            elif node.module == "edgetune" or (node.module or "").startswith("edgetune."):
+                module = node.module.split(".")[1:]
+            else:
+                continue
+            if module:
+                found.append((node.lineno, module[0]))
+            else:  # from edgetune import X: a subpackage or module, else something of edgetune/__init__.py
+                found += [(node.lineno, a.name) for a in node.names]
+    return [(line, name.removesuffix(".py")) for line, name in found if name.removesuffix(".py") != package]
+
+
+def test_packages_import_only_lower_layers() -> None:
+    """The rule of docs/architecture.md: a package imports only packages of lower layers."""
+    layers = _layers()
+    assert layers["errors"] == 0 and layers["tuning"] > layers["search"] > layers["history"], "the table must parse"
+    problems = []
+    for path in sorted((REPO / "edgetune").rglob("*.py")):
+        relative = path.relative_to(REPO / "edgetune")
+        package = relative.parts[0].removesuffix(".py")
+        if package not in layers:
+            problems.append(f"edgetune/{relative}: package '{package}' has no row in docs/architecture.md's layer table")
+            continue
+        for line, imported in _imported_packages(path.read_text(), relative, package):
+            target = imported if imported in layers else "__init__"
+            if layers[target] >= layers[package]:
+                problems.append(
+                    f"edgetune/{relative}:{line}: {package} (layer {layers[package]}) imports {imported} (layer {layers[target]})"
+                )
+    assert not problems, "imports against docs/architecture.md's layers:\n" + "\n".join(problems)
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    """The check above can fail: history importing tuning (in a function, relatively) is an upward import."""
+    relative = Path("history/store.py")
+    source = (REPO / "edgetune" / relative).read_text() + "\n\ndef _probe():\n    from ..tuning import run_tune\n"
+    layers = _layers()
+    upward = [name for _line, name in _imported_packages(source, relative, "history") if layers[name] >= layers["history"]]
+    assert upward == ["tuning"]
+
+
+def test_the_version_is_pyprojects() -> None:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    from edgetune._version import __version__
+
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from edgetune.tuning.signals import StopSignal, stop_on_signals
+from edgetune.common.interrupts import StopSignal, stop_on_signals
 
 
 def _wait_for(event, seconds: float = 5.0) -> bool:

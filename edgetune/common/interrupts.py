@@ -14,8 +14,13 @@ though: ``sigwait`` takes it whatever the handler is. So SIGINT is blocked in
 the main thread (and so in every thread started after it: the mask is
 inherited), one thread waits for it, and forwards it to the main thread's
 Python handler with ``_thread.interrupt_main``; Python's own handler
-(``KeyboardInterrupt``) or the tuning loop's (``tuning.signals``) then runs
-exactly as it would have.
+(``KeyboardInterrupt``) or the tuning loop's (:func:`stop_on_signals`) then
+runs exactly as it would have.
+
+Every signal edgetune handles is here: the forwarded Ctrl-C, the tuning
+loop's "finish the batch, then stop" (:func:`stop_on_signals`), and the CLI's
+``kill`` (:func:`exit_cleanly_on_sigterm`) and ``kill -USR1`` stack dump
+(:func:`dump_stacks_on_sigusr1`).
 
 Used around ``edgetune tune`` and ``edgetune.tune()``. Child processes started
 meanwhile inherit the blocked SIGINT: a terminal's Ctrl-C no longer kills
@@ -30,7 +35,7 @@ import _thread
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 #: a signal sent to the main thread to cut short a blocking wait (a lock,
 #: ``sleep``) so that the forwarded Ctrl-C runs at once; its handler only notes
@@ -100,3 +105,79 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         signal.signal(_WAKE, previous_wake)
 
+
+class StopSignal:
+    """Which signal asked the run to stop (SIGINT from Ctrl-C, SIGTERM from ``kill``)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+
+
+class StopRequested(Exception):
+    """Raised in a callback to unwind MetaSchedule's C++ loop after a Ctrl-C."""
+
+
+@contextmanager
+def stop_on_signals(stop: StopSignal) -> Iterator[None]:
+    """First Ctrl-C or ``kill``: finish the batch in flight, keep it, stop. Second: stop now.
+
+    The stop has to be a flag checked between batches, not an exception raised
+    where the signal lands: the handler runs inside whichever Python callback
+    MetaSchedule's C++ loop is calling, and the task scheduler catches errors
+    from those callbacks, marks that one task failed and carries on tuning.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in handled}
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.event.is_set():
+            for each, old in previous.items():
+                signal.signal(each, old)
+            if signum == signal.SIGTERM:
+                raise SystemExit(128 + signum)
+            raise KeyboardInterrupt
+        stop.signum = signum
+        stop.event.set()
+
+    for signum in handled:
+        signal.signal(signum, handler)
+    # A blocked signal is never delivered, handler or not, and the mask is inherited: a
+    # parent that had SIGINT blocked when it started us would
+    # make Ctrl-C and kill do nothing until the run ended on its own. A SIGINT taken by
+    # forward_sigint_to_main_thread's thread is blocked on purpose and reaches this handler from there.
+    unblock = {signum for signum in handled if not (signum == signal.SIGINT and sigint_is_forwarded())}
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, unblock) if hasattr(signal, "pthread_sigmask") else set()
+    try:
+        yield
+    finally:
+        if blocked & unblock:
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked & unblock)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """``kill PID`` unwinds like Ctrl-C twice: the embedded board's processes are stopped.
+
+    Python runs no cleanup on SIGTERM by default, which would leave the loopback
+    tracker and RPC server (their own process groups) running.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints every thread's stack to stderr: how to see where a stuck run waits."""
+    import faulthandler
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)

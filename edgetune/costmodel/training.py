@@ -211,7 +211,7 @@ def feature_scaling(nodes: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 

@@ -37,7 +37,7 @@ from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from tvm.s_tir.schedule import Trace
 from tvm.target import Target
 
-from edgetune import __version__
+from edgetune._version import __version__
 from edgetune.common.failure import FAILED_RUN_SECS, UNKNOWN_FAILURE, is_failed
 from edgetune.errors import HistoryError
 from edgetune.history.migrate import stored_version

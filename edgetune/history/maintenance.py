@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import tvm
 
-from edgetune import __version__
+from edgetune._version import __version__
 from edgetune.common.choices import DEDUPE_METHODS
 from edgetune.errors import HistoryError
 from edgetune.history.database import TUNING_RECORD_FILE, WORKLOAD_FILE

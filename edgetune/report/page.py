@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .. import __version__
+from .._version import __version__
 from ..tuning.summary import TuneSummary
 from .data import RunData, Session
 

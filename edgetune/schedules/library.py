@@ -206,7 +206,7 @@ def export_library(
     import tvm
     import tvm_ffi
 
-    from .. import __version__
+    from .._version import __version__
     from ..common.failure import is_failed
     from ..profile.host import usable_cores
     from ..search.default_schedule import is_default_trace

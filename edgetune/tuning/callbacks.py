@@ -18,7 +18,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from ..builder.builder import CACHED_ARTIFACT_PREFIX
 from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere
 from .progress import ProgressSink, TaskProgress, TuneProgress
-from .signals import StopRequested
+from ..common.interrupts import StopRequested
 
 
 @derived_object

@@ -31,7 +31,7 @@ import tvm.s_tir.meta_schedule as ms
 import tvm_ffi
 
 from ..common.run_dir import RunDir
-from .. import __version__
+from .._version import __version__
 from ..board.base import Board, board_for
 from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import WarmBuilder
@@ -61,8 +61,8 @@ from .callbacks import RecordAndReport
 from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
 from .settings import MEASUREMENT_LOG, check_combined_settings, measurement_summary, suggested_settings, with_applied
-from .signals import StopRequested, StopSignal, stop_on_signals
-from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TaskResult, TrialCounts, TuneSummary, append_session
+from ..common.interrupts import StopRequested, StopSignal, stop_on_signals
+from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TrialCounts, TuneSummary, append_session
 
 #: MetaSchedule's own task schedulers: they cannot be told to await each batch's measurements
 
@@ -650,7 +650,7 @@ class TuningPipeline:
             suggested=with_applied(run.suggested, run.search_report, run.contexts),
             interrupted=run.interrupted,
             tasks=[
-                _task_result(t, _kept_default(run, i), run.task_caps.get(t.name), str(tvm_ffi.structural_hash(run.contexts[i].mod)),
+                t.to_result(_kept_default(run, i), run.task_caps.get(t.name), str(tvm_ffi.structural_hash(run.contexts[i].mod)),
                              run.library.exact.get(t.name) if run.library is not None else None)
                 for i, t in enumerate(progress.tasks)
             ],
@@ -682,27 +682,6 @@ def _kept_default(run: _Run, index: int) -> bool:
     """True when the task's best record is its default schedule: no tuned candidate beat the untuned code."""
     best = run.history.best_record(run.contexts[index].mod, run.target)
     return best is not None and is_default_trace(best.trace)
-
-
-def _task_result(
-    task: TaskProgress, kept_default: bool, cap: int | None, workload_hash: str = "", library_us: float | None = None
-) -> TaskResult:
-    return TaskResult(
-        index=task.index,
-        name=task.name,
-        weight=task.weight,
-        flops=task.flops,
-        trials_before=task.previous_trials,
-        trials_this_run=task.trials,
-        failed_this_run=task.failed,
-        best_latency_us=None if task.best_sec is None else task.best_sec * 1e6,
-        best_gflops=task.best_gflops,
-        default_latency_us=None if task.default_sec is None else task.default_sec * 1e6,
-        kept_default=kept_default,
-        trial_cap=cap,
-        workload_hash=workload_hash,
-        library_latency_us=library_us,
-    )
 
 
 def _graph_info(model: LoadedModel | None, inventory: KernelInventory | None) -> dict[str, Any] | None:

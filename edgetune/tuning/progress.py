@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .summary import TaskResult, TuneSummary
+
 
 @dataclass
 class TaskProgress:
@@ -28,6 +30,27 @@ class TaskProgress:
         if not self.best_sec or not self.flops:
             return None
         return self.flops / self.best_sec / 1e9
+
+    def to_result(
+        self, kept_default: bool, cap: int | None, workload_hash: str = "", library_us: float | None = None
+    ) -> TaskResult:
+        """The task as the summary keeps it (microseconds); :meth:`TuneProgress.from_summary` reads it back."""
+        return TaskResult(
+            index=self.index,
+            name=self.name,
+            weight=self.weight,
+            flops=self.flops,
+            trials_before=self.previous_trials,
+            trials_this_run=self.trials,
+            failed_this_run=self.failed,
+            best_latency_us=None if self.best_sec is None else self.best_sec * 1e6,
+            best_gflops=self.best_gflops,
+            default_latency_us=None if self.default_sec is None else self.default_sec * 1e6,
+            kept_default=kept_default,
+            trial_cap=cap,
+            workload_hash=workload_hash,
+            library_latency_us=library_us,
+        )
 
 
 @dataclass
@@ -66,6 +89,27 @@ class TuneProgress:
                 return None
             total += task.weight * task.best_sec
         return total
+
+    @classmethod
+    def from_summary(cls, summary: TuneSummary) -> TuneProgress:
+        """A finished run's progress, read back from its summary (the final task table)."""
+        tasks = [
+            TaskProgress(
+                index=item.index,
+                name=item.name,
+                weight=item.weight,
+                flops=item.flops,
+                previous_trials=item.trials_before,
+                trials=item.trials_this_run,
+                failed=item.failed_this_run,
+                best_sec=None if item.best_latency_us is None else item.best_latency_us / 1e6,
+                default_sec=None if item.default_latency_us is None else item.default_latency_us / 1e6,
+            )
+            for item in summary.tasks
+        ]
+        progress = cls(budget=summary.trials.budget, tasks=tasks)
+        progress.phase = "done"
+        return progress
 
     def record_batch(self, task: TaskProgress) -> None:
         self.curve.append(CurvePoint(self.elapsed, self.done, task.index, self.model_estimate_sec()))

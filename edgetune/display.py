@@ -1,5 +1,6 @@
-"""Live progress for ``edgetune tune`` with rich: a task table and an overall bar.
+"""The terminal display of a tune (`edgetune tune`): the live task table, then the final summary lines.
 
+The progress model it renders is edgetune.tuning.progress; this module only draws it.
 On a terminal the display refreshes in place; otherwise (CI logs, pipes) one
 line is printed per measured batch so logs stay readable.
 """
@@ -105,7 +106,7 @@ class RichProgress(ProgressSink):
         """The final report, printed whether or not progress was shown."""
         console = Console(soft_wrap=True)  # results go to stdout
         if not self.quiet and self._live is None and summary.tasks:
-            console.print(_task_table(_progress_from_summary(summary)))
+            console.print(_task_table(TuneProgress.from_summary(summary)))
         trials, seconds = summary.trials, summary.seconds
         console.print(
             f"trials: {trials.this_run} this run ({trials.measured_on_device} measured on the device, "
@@ -159,25 +160,6 @@ class RichProgress(ProgressSink):
                 )
             console.print(f"artifact: {e2e.artifact}", highlight=False)
         console.print(f"summary: {out_dir / SUMMARY_NAME}; history: {summary.history}", highlight=False)
-
-
-def _progress_from_summary(summary: TuneSummary) -> TuneProgress:
-    tasks = [
-        TaskProgress(
-            index=item.index,
-            name=item.name,
-            weight=item.weight,
-            flops=item.flops,
-            previous_trials=item.trials_before,
-            trials=item.trials_this_run,
-            failed=item.failed_this_run,
-            best_sec=None if item.best_latency_us is None else item.best_latency_us / 1e6,
-        )
-        for item in summary.tasks
-    ]
-    progress = TuneProgress(budget=summary.trials.budget, tasks=tasks)
-    progress.phase = "done"
-    return progress
 
 
 def _savings_lines(summary: TuneSummary) -> list[str]:

@@ -97,11 +97,11 @@ def record(args: argparse.Namespace) -> int:
     from tvm.ir.utils import derived_object
 
     from _pipeline import fresh_dir, shared_board
-    from edgetune.search.scheduler import _SlotScheduler
+    from edgetune.search.scheduler import SlotScheduler
     from edgetune.tuning import Components, TuneOptions, TuningPipeline, run_tune
 
     @derived_object
-    class RecordingRoundRobin(_SlotScheduler):
+    class RecordingRoundRobin(SlotScheduler):
         _bandit_class = RoundRobinRecorder
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)

@@ -19,6 +19,7 @@ Usage::
   python benchmarks/vs_onnxruntime.py --models transformer --per-task 8 --seeds 0 1
   python benchmarks/vs_onnxruntime.py --write-results                   # also update RESULTS.md
   python benchmarks/vs_onnxruntime.py --models mobilenetv1 --res 96 --graph-optimization none full   # graphs side by side
+  python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 1 2 --schedules off auto   # from the shipped library
 
 ``demo:mobilenetv1`` keeps BatchNormalization and Clip nodes as Keras/TensorFlow
 exporters emit them; the other demos have batch norms folded in code. With
@@ -81,7 +82,9 @@ def time_interleaved(artifact: Path, onnx_bytes: bytes, inputs: dict[str, Any], 
     }
 
 
-def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespace, graph: str | None = None) -> list[dict[str, Any]]:
+def run_model(
+    name: str, seed: int, per_task: list[int], args: argparse.Namespace, graph: str | None = None, schedules: str | None = None
+) -> list[dict[str, Any]]:
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
@@ -91,10 +94,14 @@ def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespac
     overrides = {"seed": seed, **({"cost_model": args.cost_model} if args.cost_model else {})}
     if graph is not None:
         overrides["graph_optimization"] = graph
+    if schedules is not None:
+        overrides["schedules"] = schedules
     profile = profile.with_overrides(tuning=overrides)
     model = load_model(spec)
     inputs = {s.name: model.random_inputs(seed=0)[s.name] for s in model.inputs}
-    out_dir = args.out / (f"{name}-seed{seed}" + (f"-graph-{graph}" if graph else ""))
+    out_dir = args.out / (
+        f"{name}-seed{seed}" + (f"-graph-{graph}" if graph else "") + (f"-schedules-{_label(schedules)}" if schedules else "")
+    )
     options = TuneOptions(profile=profile, model=spec, out_dir=out_dir)
     pipeline = TuningPipeline(options)
     n_tasks = len(pipeline.extract_tasks(profile.tvm_target(), pipeline.check_inputs()[1]))
@@ -107,7 +114,10 @@ def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespac
         wall = time.monotonic() - started
         timing = time_interleaved(summary.artifact, model.onnx_bytes, inputs, profile.device.num_threads, args.rounds, args.number)
         rows.append({
-            "model": spec, "graph": profile.tuning.graph_optimization, "seed": seed, "per_task": per, "tasks": n_tasks,
+            "model": spec, "graph": profile.tuning.graph_optimization, "schedules": _label(profile.tuning.schedules),
+            "library_used": bool(summary.schedules and summary.schedules.get("used")),
+            "library_tasks": sum(t.library_latency_us is not None for t in summary.tasks),
+            "seed": seed, "per_task": per, "tasks": n_tasks,
             "kernels_ms": summary.end_to_end.tuned_kernels_ms,
             "load_before": load_before, "load_after": os.getloadavg()[0],
             "trials": summary.trials.in_history_before + summary.trials.this_run,
@@ -118,6 +128,11 @@ def run_model(name: str, seed: int, per_task: list[int], args: argparse.Namespac
         })
         print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def _label(schedules: str | None) -> str:
+    """``off``, ``auto`` or a library file's name: how a row's tasks started."""
+    return Path(schedules).name.removesuffix(".schedules.gz") if schedules and schedules not in ("off", "auto") else str(schedules)
 
 
 def _cpu_name() -> str:
@@ -134,8 +149,11 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
     per_task = sorted({r["per_task"] for r in rows})
     seeds = sorted({r["seed"] for r in rows})
     graphs = sorted({r.get("graph", "-") for r in rows})
+    variants = sorted({(r.get("graph", "-"), r.get("schedules", "-")) for r in rows})
     lines = [
-        "## edgetune vs ONNX Runtime on the same CPU (issue 13)" if len(graphs) < 2
+        "## edgetune vs ONNX Runtime: tuned from the schedule library and without it (issue 27)"
+        if len({v[1] for v in variants}) > 1
+        else "## edgetune vs ONNX Runtime on the same CPU (issue 13)" if len(graphs) < 2
         else "## edgetune vs ONNX Runtime: the graph as imported against the prepared graph (issue 26)",
         "",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {os.cpu_count()} CPUs ({_cpu_name()}), "
@@ -146,6 +164,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         f"{' '.join(map(str, args.per_task))} --seeds {' '.join(map(str, args.seeds))}"
         + (f" --res {args.res}" if args.res else "") + (f" --cost-model {args.cost_model}" if args.cost_model else "")
         + (f" --graph-optimization {' '.join(g for g in args.graph_optimization if g)}" if any(args.graph_optimization) else "")
+        + (f" --schedules {' '.join(s for s in args.schedules if s)}" if any(args.schedules) else "")
         + " --write-results`",
         "",
         f"Each model tuned by `run_tune` with profile `{args.profile}` (what `edgetune tune` runs), budgets resumed "
@@ -158,25 +177,27 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         "whole / kernels = the tuned model on the board over that sum (above 1: time outside the kernels). Load = 1-minute "
         "load average before / after the row.",
         "",
-        "| model | graph | tasks | trials/task | trials | tuning wall (s) | untuned (ms) | edgetune (ms) | on the board (ms) "
+        "Library = `tuning.schedules` (off, auto or a library file) and how many tasks started from the library's schedule.",
+        "",
+        "| model | graph | library | tasks | trials/task | trials | tuning wall (s) | untuned (ms) | edgetune (ms) | on the board (ms) "
         "| kernels (ms) | whole / kernels | ONNX Runtime (ms) | ratio | max rel diff | tasks kept default | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         kernels = r.get("kernels_ms")
         overhead = f"{r['tuned_ms_on_board'] / kernels:.2f}" if kernels else "-"
         load = f"{r['load_before']:.2f} / {r['load_after']:.2f}" if "load_before" in r else "-"
         lines.append(
-            f"| {r['model']} (seed {r['seed']}) | {r.get('graph', '-')} | {r['tasks']} | {r['per_task']} | {r['trials']} | "
+            f"| {r['model']} (seed {r['seed']}) | {r.get('graph', '-')} | {_library_cell(r)} | {r['tasks']} | {r['per_task']} | {r['trials']} | "
             f"{r['tune_wall_s']:.0f} | {r['untuned_ms']:.3f} | {r['tvm_ms']:.3f} | {r['tuned_ms_on_board']:.3f} | "
             f"{kernels or 0:.3f} | {overhead} | "
             f"{r['ort_ms']:.3f} | {r['ratio']:.2f} | {r['max_rel_diff']:.1e} | {len(r['kept_default'])} | {load} |"
         )
     lines += [
         "", "Geometric mean of the ratio over models (median over seeds, [min-max]):", "",
-        "| graph | trials/task | geomean ratio | worst model |", "|---|---|---|---|",
+        "| graph | library | trials/task | geomean ratio | worst model |", "|---|---|---|---|---|",
     ]
-    for graph in graphs:
+    for graph, library in variants:
         for per in per_task:
             by_seed = []
             worst = None
@@ -184,6 +205,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
                 ratios = {
                     r["model"]: r["ratio"] for r in rows
                     if r["per_task"] == per and r["seed"] == seed and r.get("graph", "-") == graph
+                    and r.get("schedules", "-") == library
                 }
                 if ratios:
                     by_seed.append(geomean(list(ratios.values())))
@@ -191,10 +213,16 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
                     worst = (name, value) if worst is None or value > worst[1] else worst
             if by_seed:
                 lines.append(
-                    f"| {graph} | {per} | {statistics.median(by_seed):.2f} [{min(by_seed):.2f}-{max(by_seed):.2f}] | "
+                    f"| {graph} | {library} | {per} | {statistics.median(by_seed):.2f} [{min(by_seed):.2f}-{max(by_seed):.2f}] | "
                     f"{worst[0]} {worst[1]:.2f} |"
                 )
     return "\n".join(lines)
+
+
+def _library_cell(row: dict[str, Any]) -> str:
+    if "schedules" not in row:
+        return "-"
+    return f"{row['schedules']} ({row['library_tasks']} tasks)" if row.get("library_used") else row["schedules"]
 
 
 def main() -> int:
@@ -208,6 +236,11 @@ def main() -> int:
     parser.add_argument(
         "--graph-optimization", nargs="+", default=[None], choices=["full", "none"],
         help="tune each model once per level (tuning.graph_optimization), side by side; default: the profile's",
+    )
+    parser.add_argument(
+        "--schedules", nargs="+", default=[None],
+        help="tune each model once per tuning.schedules setting (off, auto or a library file), side by side; "
+        "default: the profile's",
     )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=10)
@@ -232,7 +265,8 @@ def main() -> int:
         for seed in args.seeds:
             for name in args.models:
                 for graph in args.graph_optimization:
-                    rows += run_model(name, seed, args.per_task, args, graph)
+                    for schedules in args.schedules:
+                        rows += run_model(name, seed, args.per_task, args, graph, schedules)
                 if args.raw:
                     args.raw.write_text(json.dumps(rows, indent=1))
         text = report(rows, args, (load_start, os.getloadavg()[0]))
@@ -241,7 +275,9 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).parent))
         from _results import write_section
 
-        write_section(text, MARK + ("_graph" if len(args.graph_optimization) > 1 else ""))
+        write_section(
+            text, MARK + ("_graph" if len(args.graph_optimization) > 1 else "") + ("_library" if any(args.schedules) else "")
+        )
     return 0
 
 

@@ -11,7 +11,6 @@ ships it (see :mod:`edgetune.api`). Importing edgetune imports neither TVM nor t
 
 from edgetune._version import __version__
 
-from edgetune import deploy  # noqa: E402 - a light package that is callable as edgetune.api.deploy
-from edgetune.api import tune  # noqa: E402
+from edgetune.api import deploy, tune  # noqa: E402
 
 __all__ = ["__version__", "deploy", "tune"]

@@ -29,7 +29,7 @@ from .common.model_objects import DEFAULT_MODEL_NAME, model_arg, save_model
 from .profile.schema import PROFILE_FLAGS
 
 if TYPE_CHECKING:
-    from .deploy.workflow import DeployResult
+    from .deployment.workflow import DeployResult
     from .tuning import ProgressSink, TuneOptions, TuneSummary
 
 def default_out(model: str, profile: str) -> Path:
@@ -81,14 +81,10 @@ def tune_options(
             _check_choice(name, value, PROFILE_FLAGS[name].choices)
     if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 0):
         raise OptionError(f"--trials must be >= 0, got {trials} instead")
-    if board:
-        from .provision.cli import resolve_board
+    from .provision.board import choose_board
 
-        board_profile, board_tracker, board_key = resolve_board(board, inventory)
-        profile, tracker, key = profile or board_profile, tracker or board_tracker, key or board_key
-    from .board.rpc_tracker import tracker_defaults
-
-    tracker, key = tracker_defaults(tracker, key)  # TVM_TRACKER_HOST/PORT/KEY, as TVM's RPC tools read them
+    where = choose_board(board, inventory, tracker, key)  # the inventory read once, TVM_TRACKER_* applied
+    profile = profile or where.profile
     if not profile:
         raise ProfileError("tune needs --profile NAME or --board NAME (see `edgetune profiles list`)")
     loaded = profile if isinstance(profile, DeviceProfile) else load_profile(os.fspath(profile))
@@ -103,8 +99,8 @@ def tune_options(
         profile=loaded,
         model=model,
         out_dir=Path(out) if out else default_out(model, loaded.name),
-        tracker=tracker,
-        key=key,
+        tracker=where.tracker,
+        key=where.key,
         db=None if db is None else os.fspath(db),
         trials=trials,
         evaluate=evaluate,
@@ -113,6 +109,7 @@ def tune_options(
         scheduler=scheduler,
         board_name=board or None,
         inventory=inventory,
+        where=where,
     )
 
 
@@ -272,7 +269,7 @@ def deploy(
     the progress lines the CLI prints. The local copy of the manifest goes to
     ``out`` (default: ``RUN_DIR/deployments``, or ``edgetune-out/deployments``).
     """
-    from .deploy.run import deploy_run
+    from .deployment.run import deploy_run
 
     return deploy_run(
         run, board=board, model=model, profile=profile, db=db, inventory=inventory, name=name, verify=verify, rtol=rtol,

@@ -141,7 +141,7 @@ def _add_other_parsers(sub: Any) -> None:
 
     add_provision_parsers(sub)
 
-    from .deploy.cli import add_deploy_parser
+    from .deployment.cli import add_deploy_parser
 
     add_deploy_parser(sub)
 

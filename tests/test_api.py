@@ -121,7 +121,7 @@ def test_the_cli_tunes_the_pt2_file_and_resumes_the_same_tasks(api_run, resnet, 
 def test_deploy_compiles_the_pt2_model_with_the_history(api_run, loopback_board, tmp_path) -> None:
     """What `edgetune deploy --model x.pt2 --db H` builds before it ships: the tuned model, as in the tune run."""
     from edgetune.artifact.compile import compare_outputs, run_on_board
-    from edgetune.deploy.workflow import source_from_model
+    from edgetune.deployment.workflow import source_from_model
     from edgetune.tasks import load_model
 
     summary, out, _recorder = api_run
@@ -224,3 +224,14 @@ def test_readme_python_api_example_runs_as_written(tmp_path: Path) -> None:
     summary = TuneSummary.load(out)
     assert summary.end_to_end.outputs_match and summary.board.label == "loopback board (embedded)"
     assert np.isfinite(summary.end_to_end.speedup)
+
+
+def test_edgetune_deploy_is_a_plain_function_that_stays_one() -> None:
+    """The package behind it is edgetune.deployment: importing it does not replace edgetune.deploy."""
+    import inspect
+
+    import edgetune.deployment.workflow  # noqa: F401 - binds edgetune.deployment, never edgetune.deploy
+    from edgetune.api import deploy
+
+    assert inspect.isfunction(edgetune.deploy) and edgetune.deploy is deploy
+    assert "board" in inspect.signature(edgetune.deploy).parameters

@@ -13,7 +13,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from conftest import require_tool
-from edgetune.builder.builder import CACHED_ARTIFACT_PREFIX, WarmBuilder
+from edgetune.builder.builder import CachedArtifact, WarmBuilder
 from edgetune.builder.intrinsics import families_for_target, load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.measure.runner import MeasureConfig, TrackerRunner
@@ -120,7 +120,8 @@ def test_resume_cache_recognises_measured_candidates(candidates, tmp_path):
     # the builder skips cached candidates; the runner serves their stored times
     with closing(WarmBuilder(timeout_sec=60, max_workers=1, lookup_cached=cache.lookup_mod)) as builder:
         results = builder.build([BuilderInput(c.sch.mod, HOST) for c in found[:3]])
-    assert str(results[0].artifact_path).startswith(CACHED_ARTIFACT_PREFIX)
+    assert CachedArtifact.parse(results[0].artifact_path) == CachedArtifact(keys[0])
+    assert CachedArtifact.parse(results[2].artifact_path) is None  # built: a real artifact path
     assert builder.stats.cached == 2 and builder.stats.built == 1
     history.close()
 

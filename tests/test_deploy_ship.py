@@ -99,7 +99,7 @@ def test_deploy_twice_then_rollback_and_forward(site: Site, run_dir: Path) -> No
 
 def test_interrupted_upload_leaves_current_alone(site: Site, run_dir: Path, loopback_sshd) -> None:
     """An SFTP transfer aborted after its first chunk: no partial version, `current` unchanged."""
-    from edgetune.deploy.ship import activate, deployments_root, new_version, upload
+    from edgetune.deployment.ship import activate, deployments_root, new_version, upload
     from edgetune.provision.inventory import load_inventory
     from edgetune.provision.ssh import BoardConnection
 

@@ -149,7 +149,7 @@ def test_the_run_directorys_file_names_are_spelled_only_in_run_dir() -> None:
     names = {value for key, value in vars(RunDir).items() if key.isupper() and isinstance(value, str) and "." in value}
     assert {"summary.json", "model.so", "history.db"} <= names
     # the board-side runner is a standalone script copied to the board: it cannot import edgetune
-    allowed = {"edgetune/common/run_dir.py", "edgetune/deploy/runner_template.py"}
+    allowed = {"edgetune/common/run_dir.py", "edgetune/deployment/runner_template.py"}
     offenders = []
     for path in sorted((REPO / "edgetune").rglob("*.py")):
         relative = path.relative_to(REPO).as_posix()
@@ -242,3 +242,15 @@ def test_the_version_is_pyprojects() -> None:
     from edgetune._version import __version__
 
     assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__
+
+
+def test_the_run_asks_its_components_through_their_types() -> None:
+    """tuning/ (the run) never probes a component with hasattr/getattr: each has a declared type or protocol."""
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "edgetune" / "tuning").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr"):
+                offenders.append(f"{path.relative_to(REPO).as_posix()}:{node.lineno}: {node.func.id}")
+    assert not offenders, "\n".join(offenders)

@@ -123,11 +123,12 @@ def _rpc_port(site: Site, name: str) -> int:
 
 
 def test_tune_board_resolves_inventory_entry(site: Site) -> None:
-    from edgetune.provision.cli import resolve_board
+    from edgetune.provision.board import choose_board
 
     os.environ["EDGETUNE_INVENTORY"] = str(site.inventory)
     try:
-        assert resolve_board("nsboard", None) == ("host", f"127.0.0.1:{site.tracker_port}", "nsboard")
+        where = choose_board("nsboard", None)
+        assert (where.profile, where.tracker, where.key) == ("host", f"127.0.0.1:{site.tracker_port}", "nsboard")
     finally:
         del os.environ["EDGETUNE_INVENTORY"]
     unknown = site.cli("tune", "--board", "nope", "--model", "demo:tiny-cnn")

@@ -30,7 +30,7 @@ from edgetune.search.scheduler import (
     SlotBandit,
     SoftmaxTaskScheduler,
     UCBTaskScheduler,
-    _SlotScheduler,
+    SlotScheduler,
     best_so_far,
     log_power,
     segment_start,
@@ -379,7 +379,7 @@ def test_awaiting_schedulers_observe_every_batch_before_the_next_choice():
             return super().choose(alive)
 
     @derived_object
-    class AwaitingUCB(_SlotScheduler):  # UCB's policy, with a bandit that records what it had seen
+    class AwaitingUCB(SlotScheduler):  # UCB's policy, with a bandit that records what it had seen
         _bandit_class = Recording
 
     scheduler = AwaitingUCB(cost_aware=False, wait_for_results=True)

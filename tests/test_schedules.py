@@ -229,3 +229,41 @@ def test_library_records_transfer_to_another_shape_or_are_skipped(library_file) 
     expected = run(ctx.mod)
     for candidate in candidates:  # each transferred schedule computes what the workload computes
         np.testing.assert_allclose(run(candidate.sch.mod), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, loopback_board) -> None:
+    """`schedules build`: each task of the zoo gets the whole budget (no early stop), a second run measures nothing."""
+    from edgetune.profile import load_profile
+    from edgetune.tuning.zoo import build_library
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"num_trials_per_iter": 2})
+    db = f"sqlite:///{tmp_path / 'zoo.db'}"
+    tracker = f"{loopback_board.host}:{loopback_board.port}"
+    built, library = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=3, work_dir=tmp_path / "runs",
+                                   out=tmp_path / "zoo.schedules.gz", tracker=tracker, key=loopback_board.key, say=lambda _m: None)
+    assert built[0].trials_this_run == 3 * built[0].tasks  # the budget, spent: no task ended early
+    assert library is not None and library.header["budget_per_workload"] == 3
+    assert {w.shash for w in library.workloads if w.schedules} and len(library.workloads) == built[0].tasks
+    again, _ = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=3, work_dir=tmp_path / "runs",
+                             tracker=tracker, key=loopback_board.key, say=lambda _m: None)
+    assert again[0].trials_this_run == 0 and again[0].in_history_before == 3 * built[0].tasks
+
+
+def test_schedules_build_tunes_without_early_stop_or_a_library(tmp_path, monkeypatch) -> None:
+    """The adaptive early stop saves a user's trials; a library build must spend its budget on every workload."""
+    from edgetune.profile import load_profile
+    from edgetune.tuning import pipeline, zoo
+
+    seen = []
+
+    class Summary:
+        class trials:
+            this_run = 0
+            in_history_before = 0
+
+    monkeypatch.setattr(pipeline, "run_tune", lambda options: seen.append(options) or Summary())
+    zoo.build_library(["demo:tiny-cnn"], load_profile("host"), f"sqlite:///{tmp_path / 'h.db'}", budget_per_workload=5,
+                      work_dir=tmp_path, say=lambda _m: None)
+    tuning = seen[0].profile.tuning
+    assert (tuning.early_stop, tuning.schedules, tuning.max_trials_per_task) == ("none", "off", 5)
+    assert seen[0].evaluate is False

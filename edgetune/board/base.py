@@ -28,11 +28,35 @@ from ..errors import BoardError
 from .rpc_tracker import TrackerAddress, check_device_available
 
 
+class MeasureHooks:
+    """What a board that can be looked after (edgetune.provision.board) is told by the runner.
+
+    Each call is advice: an exception from a hook is recorded in ``stats.errors``, never a failed batch.
+    """
+
+    def before_batch(self) -> None:
+        """Before a batch: e.g. bring a dead server back, let a hot board cool."""
+
+    def after_batch(self) -> None:
+        """After a batch's last result: e.g. read the board's temperature."""
+
+    def session_lost(self, board: str) -> None:
+        """A session to ``board`` (host:port) died under a candidate."""
+
+
 class Board(ABC):
     """Where candidates are measured, as the tuning loop sees it."""
 
     #: shown in progress and written to the summary's ``board.label``
     label: str = "board"
+
+    def measure_hooks(self) -> MeasureHooks | None:
+        """What the runner tells about each batch and lost session; None: a board nobody looks after."""
+        return None
+
+    def health_summary(self) -> dict[str, Any] | None:
+        """The summary's ``measurement.board_health`` (heat, waits, restarts); None where nothing was watched."""
+        return None
 
     @property
     def awaits_measurements(self) -> bool:
@@ -143,8 +167,3 @@ def host_has_cuda_gpu() -> bool:
         return False
 
 
-def board_for(profile: Any, tracker: str | None, key: str, log_dir: str | Path | None = None) -> Board:
-    """The board ``edgetune tune`` uses: the tracker's devices under ``key``, or the embedded board."""
-    if tracker:
-        return TrackerBoard.parse(tracker, key)
-    return EmbeddedBoard(key=key, num_threads=profile.device.num_threads, log_dir=log_dir)

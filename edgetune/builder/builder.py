@@ -28,8 +28,29 @@ from tvm.ir.utils import derived_object
 from tvm.support.popen_pool import PopenPoolExecutor
 
 #: artifact paths with this prefix were not built: their result is already in
-#: the history database (see :class:`edgetune.measure.runner.TrackerRunner`)
+#: the history database (see :class:`CachedArtifact`)
 CACHED_ARTIFACT_PREFIX = "edgetune-cached:"
+
+
+@dataclass(frozen=True)
+class CachedArtifact:
+    """A candidate the history already measured: not built, served from the history by its key.
+
+    MetaSchedule hands only a string from builder to runner (``BuilderResult.artifact_path``), so a
+    cached candidate travels as :attr:`path`; builder, runner and callbacks read it with :meth:`parse`.
+    """
+
+    key: str
+
+    @property
+    def path(self) -> str:
+        return CACHED_ARTIFACT_PREFIX + self.key
+
+    @classmethod
+    def parse(cls, artifact_path: Any) -> "CachedArtifact | None":
+        """The cached candidate ``artifact_path`` names, or None for a built artifact (or none)."""
+        text = str(artifact_path) if artifact_path else ""
+        return cls(text[len(CACHED_ARTIFACT_PREFIX):]) if text.startswith(CACHED_ARTIFACT_PREFIX) else None
 
 
 @dataclass
@@ -183,7 +204,7 @@ class WarmBuilder(PyBuilder):
             key = self.lookup_cached(build_input.mod) if self.lookup_cached else None
             if key is not None:
                 self.stats.cached += 1
-                results[index] = BuilderResult(CACHED_ARTIFACT_PREFIX + key, None)
+                results[index] = BuilderResult(CachedArtifact(key).path, None)
             elif self.claims is not None and not self.claims.claim(build_input.mod):
                 elsewhere.append(index)
             else:
@@ -192,7 +213,7 @@ class WarmBuilder(PyBuilder):
             outcome, value = self.claims.wait(build_inputs[index].mod)
             if outcome == "serve":
                 self.stats.cached += 1
-                results[index] = BuilderResult(CACHED_ARTIFACT_PREFIX + str(value), None)
+                results[index] = BuilderResult(CachedArtifact(str(value)).path, None)
             elif outcome == "skip":
                 results[index] = BuilderResult(None, value)
             else:

@@ -28,6 +28,7 @@ class RunDir:
     PLOTS = "report"  # report.html's images
     BUILD_LOGS = "logs"  # MetaSchedule's per-task logs
     BOARD_LOGS = "board-logs"  # the loopback tracker's and RPC server's output
+    BOARD_HEAT = "board-heat.jsonl"  # a provisioned board's temperature and clock readings
     DEPLOYMENTS = "deployments"  # local copies of deploy manifests
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -76,6 +77,10 @@ class RunDir:
     @property
     def board_logs(self) -> Path:
         return self.path / self.BOARD_LOGS
+
+    @property
+    def board_heat(self) -> Path:
+        return self.path / self.BOARD_HEAT
 
     @property
     def deployments(self) -> Path:

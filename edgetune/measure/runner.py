@@ -23,10 +23,11 @@ import numpy as np
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerInput, RunnerResult
 from tvm.ir.utils import derived_object
 
+from ..board.base import MeasureHooks
 from ..board.rpc_tracker import BoardSession, TrackerAddress, device_counts, request_board, tracker_summary
 from ..common.failure import BOARD_UNAVAILABLE
 from ..errors import BoardError
-from ..builder.builder import CACHED_ARTIFACT_PREFIX
+from ..builder.builder import CachedArtifact
 from ..common.rpc import remote_module
 from ..profile.schema import MeasureSettings
 from .evaluator import AdaptiveEvaluator, AdaptiveResult
@@ -61,22 +62,6 @@ class MeasureStats:
 
 #: a candidate that ended the session this many times is a program fault, stored as failed
 CRASHES_TO_FAIL = 2
-
-
-class MeasureHooks:
-    """What a board that can be looked after (see edgetune.provision.board) is told by the runner.
-
-    Each call is advice: an exception from a hook is recorded in ``stats.errors``, never a failed batch.
-    """
-
-    def before_batch(self) -> None:
-        """Before a batch: e.g. bring a dead server back, let a hot board cool."""
-
-    def after_batch(self) -> None:
-        """After a batch's last result: e.g. read the board's temperature."""
-
-    def session_lost(self, board: str) -> None:
-        """A session to ``board`` (host:port) died under a candidate."""
 
 
 @dataclass
@@ -244,8 +229,9 @@ class TrackerRunner(PyRunner):
         try:
             work = _BatchWork()
             for index, (artifact, args_info) in enumerate(jobs):
-                if artifact.startswith(CACHED_ARTIFACT_PREFIX):
-                    promises[index].set_result(self._cached_result(artifact))
+                cached = CachedArtifact.parse(artifact)
+                if cached is not None:
+                    promises[index].set_result(self._cached_result(cached))
                 else:
                     work.put(_Job(index, artifact, args_info, promises[index]))
             to_measure = len(work.pending)
@@ -362,9 +348,8 @@ class TrackerRunner(PyRunner):
             self.stats.session_seconds += time.perf_counter() - started
         return board
 
-    def _cached_result(self, artifact: str) -> RunnerResult:
-        key = artifact[len(CACHED_ARTIFACT_PREFIX) :]
-        run_secs = self.lookup_cached(key) if self.lookup_cached else None
+    def _cached_result(self, cached: CachedArtifact) -> RunnerResult:
+        run_secs = self.lookup_cached(cached.key) if self.lookup_cached else None
         with self._stats_lock:
             self.stats.cached += 1
         if run_secs is None:

@@ -15,12 +15,14 @@ runner as before/after-batch hooks (see :class:`~edgetune.measure.runner.Tracker
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..board.base import Board
+from ..board.base import Board, EmbeddedBoard, MeasureHooks, TrackerBoard
+from ..common.run_dir import RunDir
 from ..board.rpc_tracker import TrackerAddress, check_device_available, device_counts, tracker_summary
 from ..errors import BoardError, EdgetuneError
 from ..profile import load_profile
@@ -32,12 +34,12 @@ from .server import server_config, server_log_tail, server_pid, start_server, st
 from .ssh import BoardConnection
 
 #: log of every heat reading of a run, next to measurements.jsonl
-HEAT_LOG = "board-heat.jsonl"
+HEAT_LOG = RunDir.BOARD_HEAT
 #: how often a throttling board is read again while the batch waits
 POLL_SEC = 1.0
 
 
-class ProvisionedBoard(Board):
+class ProvisionedBoard(Board, MeasureHooks):
     """A board of the inventory, measured through the tracker and looked after over SSH."""
 
     def __init__(self, entry: BoardEntry, inventory: Inventory, profile: Any, address: TrackerAddress,
@@ -92,6 +94,9 @@ class ProvisionedBoard(Board):
                 self._connection = None
 
     # -- runner hooks ----------------------------------------------------------
+    def measure_hooks(self) -> MeasureHooks:
+        return self
+
     def before_batch(self) -> None:
         """Bring a dead server back, then let a throttling board cool (bounded)."""
         self.ensure_server()
@@ -220,3 +225,48 @@ def provisioned_board(name: str, inventory_file: str | None, profile: Any, addre
 
     inventory = load_inventory(inventory_file)
     return ProvisionedBoard(inventory.get(name), inventory, profile, address, notify)
+
+
+@dataclass(frozen=True)
+class BoardChoice:
+    """Where a tune measures, resolved once from ``--board``, ``--inventory``, ``--tracker``, ``--key`` and TVM's variables.
+
+    ``profile`` is the inventory's profile of a named board (the default of ``--profile``);
+    :func:`resolve_board` makes the :class:`Board` from it.
+    """
+
+    name: str | None = None  # a board of the inventory: measured through its tracker, looked after over SSH
+    tracker: str | None = None  # "host:port"; None: the embedded board on this machine
+    key: str | None = None  # None: the profile's rpc.key
+    profile: str | None = None
+    entry: BoardEntry | None = None
+    inventory: Inventory | None = None
+
+
+def choose_board(
+    name: str | None = None, inventory_file: str | None = None, tracker: str | None = None, key: str | None = None
+) -> BoardChoice:
+    """Read the inventory (once) for ``name``; explicit ``tracker``/``key`` win over the board's, then TVM_TRACKER_*."""
+    from ..board.rpc_tracker import tracker_defaults
+
+    if not name:
+        tracker, key = tracker_defaults(tracker, key)  # TVM_TRACKER_HOST/PORT/KEY, as TVM's RPC tools read them
+        return BoardChoice(tracker=tracker, key=key)
+    from .inventory import load_inventory
+
+    inventory = load_inventory(inventory_file)
+    entry = inventory.get(name)
+    host = "127.0.0.1" if inventory.tracker.host in ("0.0.0.0", "") else inventory.tracker.host
+    tracker, key = tracker_defaults(tracker or f"{host}:{inventory.tracker.port}", key or entry.rpc_key(load_profile(entry.profile)))
+    return BoardChoice(name=name, tracker=tracker, key=key, profile=entry.profile, entry=entry, inventory=inventory)
+
+
+def resolve_board(choice: BoardChoice, profile: Any, key: str, run_dir: RunDir, notify: Callable[[str], None]) -> Board:
+    """The :class:`Board` a tune measures on: a provisioned board, a tracker's devices, or the embedded board."""
+    if choice.tracker and choice.entry is not None and choice.inventory is not None:
+        board = ProvisionedBoard(choice.entry, choice.inventory, profile, TrackerAddress.parse(choice.tracker, key), notify)
+        board.heat_log = run_dir.board_heat
+        return board
+    if choice.tracker:
+        return TrackerBoard.parse(choice.tracker, key)
+    return EmbeddedBoard(key=key, num_threads=profile.device.num_threads, log_dir=run_dir.board_logs)

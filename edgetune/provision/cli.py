@@ -219,16 +219,4 @@ def run_teardown(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_board(name: str, inventory_file: str | None) -> tuple[str, str, str]:
-    """``(profile, tracker HOST:PORT, key)`` for ``edgetune tune --board NAME``."""
-    from ..profile import load_profile
-    from .inventory import load_inventory
-
-    inventory = load_inventory(inventory_file)
-    entry = inventory.get(name)
-    key = entry.rpc_key(load_profile(entry.profile))
-    host = "127.0.0.1" if inventory.tracker.host in ("0.0.0.0", "") else inventory.tracker.host
-    return entry.profile, f"{host}:{inventory.tracker.port}", key
-
-
-__all__ = ["add_provision_parsers", "resolve_board", "EdgetuneError"]
+__all__ = ["add_provision_parsers", "EdgetuneError"]

@@ -492,7 +492,7 @@ def _run_ms(result: Any) -> float:
     return float(np.median([float(x) for x in result.run_secs])) * 1e3
 
 
-class _SlotScheduler(PyTaskScheduler):
+class SlotScheduler(PyTaskScheduler):
     """Shared ``next_task_id`` of the bandit schedulers.
 
     Only ``next_task_id`` is overridden: MetaSchedule's ``Tune`` and
@@ -592,7 +592,7 @@ class _SlotScheduler(PyTaskScheduler):
 
 
 @derived_object
-class UCBTaskScheduler(_SlotScheduler):
+class UCBTaskScheduler(SlotScheduler):
     """DynaTune's scheduler: UCB over time slots with a learning-curve belief.
 
     Keyword arguments are those of :class:`SlotBandit` (``exploration``,
@@ -604,14 +604,14 @@ class UCBTaskScheduler(_SlotScheduler):
 
 
 @derived_object
-class EpsilonGreedyTaskScheduler(_SlotScheduler):
+class EpsilonGreedyTaskScheduler(SlotScheduler):
     """Highest expected gain, a random task with probability ``epsilon``."""
 
     _policy = "epsilon-greedy"
 
 
 @derived_object
-class SoftmaxTaskScheduler(_SlotScheduler):
+class SoftmaxTaskScheduler(SlotScheduler):
     """Task sampled with probability ``exp(gain / (temperature * max gain))``."""
 
     _policy = "softmax"

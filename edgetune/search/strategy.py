@@ -52,7 +52,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchSt
 
 from ..common.choices import SAMPLERS
 from ..common.failure import is_valid_secs
-from .early_stop import EarlyStop, make_early_stop
+from .early_stop import AdaptiveEarlyStop, EarlyStop, make_early_stop
 from .sampling import KMeansSampler
 from ..costmodel.surrogate import CandidateFeatures, mean_std_or_none
 
@@ -291,7 +291,7 @@ class AdaptiveSearch(PySearchStrategy):
                 **self.applied,
                 "early_stop": self.params["early_stop"],
                 # the adaptive rule's initial maximum (im) in effect, within the task's budget
-                "early_stop_initial": getattr(self.stopper, "floor_", None),
+                "early_stop_initial": self.stopper.floor_ if isinstance(self.stopper, AdaptiveEarlyStop) else None,
                 "max_trials": self.cap,
                 "kmeans_distance_ratio": self.sampler.distance_ratio if self.sampler is not None else None,
             }

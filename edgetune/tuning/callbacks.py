@@ -15,7 +15,8 @@ import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from ..builder.builder import CACHED_ARTIFACT_PREFIX
+from ..builder.builder import CachedArtifact
+from ..measure.runner import TrackerRunner
 from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere
 from .progress import ProgressSink, TaskProgress, TuneProgress
 from ..common.interrupts import StopRequested
@@ -63,7 +64,7 @@ class RecordAndReport(PyMeasureCallback):
         ctx = self.contexts[task_id]
         task = self.progress.tasks[task_id]
         workload = self.history.commit_workload(ctx.mod)
-        measured_on = getattr(self.runner, "measured_on", {})
+        measured_on = self.runner.measured_on if isinstance(self.runner, TrackerRunner) else {}
         missing = unavailable = 0
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             error = built.error_msg or ran.error_msg
@@ -99,7 +100,7 @@ class RecordAndReport(PyMeasureCallback):
                     task.best_sec = mean
             task.trials += 1
             self.progress.done += 1
-            if artifact and not str(artifact).startswith(CACHED_ARTIFACT_PREFIX):
+            if artifact and CachedArtifact.parse(artifact) is None:
                 self._log_measurement(task, str(artifact), run_secs, board)
             self._drop_artifact(artifact)
         self.progress.record_batch(task)
@@ -113,12 +114,12 @@ class RecordAndReport(PyMeasureCallback):
 
     @staticmethod
     def _drop_artifact(artifact: Any) -> None:
-        if artifact and not str(artifact).startswith(CACHED_ARTIFACT_PREFIX):
+        if artifact and CachedArtifact.parse(artifact) is None:
             remove_artifact(str(artifact))
 
     def _log_measurement(self, task: TaskProgress, artifact: str, run_secs: list[float] | None, board: str | None = None) -> None:
         """Append how the adaptive evaluator measured this candidate (runs used, final CV)."""
-        log = getattr(self.runner, "adaptive_log", None)
+        log = self.runner.adaptive_log if isinstance(self.runner, TrackerRunner) else None
         adaptive = log.pop(artifact, None) if log is not None else None
         if adaptive is None or self.measurement_log is None:
             return

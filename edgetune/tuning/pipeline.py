@@ -32,9 +32,9 @@ import tvm_ffi
 
 from ..common.run_dir import RunDir
 from .._version import __version__
-from ..board.base import Board, board_for
+from ..board.base import Board
 from ..board.rpc_tracker import TrackerAddress
-from ..builder.builder import WarmBuilder
+from ..builder.builder import BuildStats, WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
 from ..common.failure import is_failed
 from ..errors import EdgetuneError, TuningInterrupted
@@ -42,9 +42,11 @@ from ..history import open_history
 from ..history.warmstart import WarmStartReport, warm_start
 from ..tasks.signature import operator_signature
 from ..measure.awaiting import AwaitingRunner
-from ..measure.runner import TrackerRunner
+from ..measure.runner import MeasureStats, TrackerRunner
 from ..profile import DeviceProfile
+from ..provision.board import BoardChoice, choose_board, resolve_board
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
+from ..search.scheduler import SlotScheduler
 from ..search.strategy import SearchReport
 from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
@@ -60,7 +62,7 @@ from .claims import CandidateClaims, lease_for
 from .callbacks import RecordAndReport
 from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
-from .settings import MEASUREMENT_LOG, check_combined_settings, measurement_summary, suggested_settings, with_applied
+from .settings import check_combined_settings, measurement_summary, suggested_settings, with_applied
 from ..common.interrupts import StopRequested, StopSignal, stop_on_signals
 from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TrialCounts, TuneSummary, append_session
 
@@ -86,6 +88,7 @@ class TuneOptions:
     board: Board | None = None  # where to measure; defaults to the tracker, or the embedded board
     board_name: str | None = None  # a provisioned board of the inventory (--board): looked after over SSH
     inventory: str | None = None  # the inventory file of board_name (default: $EDGETUNE_INVENTORY)
+    where: BoardChoice | None = None  # the above, resolved once (api.tune_options); None: resolved by the run
     task_names: Sequence[str] | None = None  # tune only these of the model's tasks (all by default)
 
 
@@ -154,7 +157,8 @@ class _Run:
     defaults_measured: int = 0
     measured_outside: dict[str, int] = field(default_factory=dict)  # per task, measured before the search (its default)
     task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
-    callbacks: list[Any] = field(default_factory=list)
+    record: RecordAndReport | None = None  # stores every batch (searched or measured before the search)
+    callbacks: list[Any] = field(default_factory=list)  # MetaSchedule's measure callbacks: record first
     claims: CandidateClaims | None = None  # leases on candidates in a shared history
     interrupted: bool = False
     tune_seconds: float = 0.0
@@ -190,14 +194,15 @@ class TuningPipeline:
         return target, model
 
     def make_board(self, out_dir: Path) -> Board:
+        """The board given, else the one ``options.where`` names (resolved here when the caller did not)."""
         board = self.options.board
-        if board is None and self.options.board_name and self.options.tracker:
-            from ..provision.board import HEAT_LOG, provisioned_board
-
-            address = TrackerAddress.parse(self.options.tracker, self.key)
-            board = provisioned_board(self.options.board_name, self.options.inventory, self.profile, address, self.notify)
-            board.heat_log = out_dir / HEAT_LOG
-        board = board or board_for(self.profile, self.options.tracker, self.key, log_dir=RunDir(out_dir).board_logs)
+        if board is None:
+            options = self.options
+            where = options.where or (
+                choose_board(options.board_name, options.inventory, options.tracker, options.key) if options.board_name
+                else BoardChoice(tracker=options.tracker, key=options.key)  # as given: TVM_TRACKER_* is tune_options' job
+            )
+            board = resolve_board(where, self.profile, self.key, RunDir(out_dir), self.notify)
         board.check_profile(self.profile)
         return board
 
@@ -376,11 +381,12 @@ class TuningPipeline:
         return runner
 
     def make_callbacks(self, run: _Run, measured_by: Any) -> list[Any]:
-        record = RecordAndReport(
+        """MetaSchedule's measure callbacks; the first, edgetune's record of every batch, is also ``run.record``."""
+        run.record = RecordAndReport(
             run.history, run.contexts, run.progress, self.sink, self.stop.event,
-            runner=measured_by, measurement_log=run.out_dir / MEASUREMENT_LOG, claims=run.claims,
+            runner=measured_by, measurement_log=RunDir(run.out_dir).measurements, claims=run.claims,
         )
-        return [record, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks]
+        return [run.record, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks]
 
     # -- the run ----------------------------------------------------------------
     def run(self) -> TuneSummary:
@@ -390,7 +396,7 @@ class TuningPipeline:
         out_dir.mkdir(parents=True, exist_ok=True)
         with ExitStack() as stack:
             board = self.make_board(out_dir)
-            if isinstance(board, Board) and board.awaits_measurements:
+            if board.awaits_measurements:
                 announce(self.sink, self.trials, "starting loopback tracker and RPC server")
             address = stack.enter_context(board)
             history = open_history(self.options.db or str(RunDir(out_dir).history), board_id=self.key)
@@ -418,10 +424,10 @@ class TuningPipeline:
             if run.claims is not None:
                 stack.callback(run.claims.close)  # before history.close: released on every exit
             run.builder = self.make_builder(cache, run.claims)
-            if hasattr(run.builder, "close"):
+            if isinstance(run.builder, WarmBuilder):  # a builder passed in (stock MetaSchedule's) has no workers
                 stack.callback(run.builder.close)
-            run.runner = self.make_runner(address, cache, board if hasattr(board, "before_batch") else None)
-            if hasattr(run.runner, "close"):
+            run.runner = self.make_runner(address, cache, board.measure_hooks())
+            if isinstance(run.runner, TrackerRunner):
                 stack.callback(run.runner.close)
             run.scheduler_name = self.options.scheduler or self.profile.tuning.task_scheduler
             # The embedded board is this host's CPU: a batch timed while the next one is
@@ -430,20 +436,20 @@ class TuningPipeline:
             run.awaits = board.awaits_measurements
             if run.plan.remaining > 0 and run.contexts:
                 self.tune(run)
-            if hasattr(run.runner, "wait_idle"):
+            if isinstance(run.runner, TrackerRunner):
                 run.runner.wait_idle()
             summary = self.summarize(run)
             if run.interrupted:
                 summary.write(out_dir)
                 append_session(out_dir, summary)
-                reason = getattr(run.callbacks[0], "stop_reason", None) if run.callbacks else None
+                reason = run.record.stop_reason if run.record is not None else None
                 raise TuningInterrupted(
                     ("stopped: " + reason.split(": ", 1)[-1] + "; " if reason else "interrupted: ")
                     + f"{run.progress.done} measurements of this run are kept in {history.url}; "
                     f"run the same command again to resume",
                     signum=self.stop.signum,
                 )
-            if hasattr(run.builder, "close"):
+            if isinstance(run.builder, WarmBuilder):
                 run.builder.close()  # free the workers' memory before whole-model builds
             if self.options.evaluate:
                 run.progress.phase = "compiling and measuring the whole model on the device"
@@ -459,7 +465,7 @@ class TuningPipeline:
         progress, plan = run.progress, run.plan
         progress.phase = "starting build workers"
         self.sink.on_phase(progress)
-        if hasattr(run.builder, "start"):
+        if isinstance(run.builder, WarmBuilder):
             run.builder.start()
         progress.phase = "tuning"
         progress.started = time.monotonic()
@@ -565,7 +571,7 @@ class TuningPipeline:
             return
         run.progress.phase = f"measuring the schedule library's schedules of {len(run.library_candidates)} tasks"
         self.sink.on_phase(run.progress)
-        record = run.callbacks[0]
+        record = run.record
         for rank in range(max(map(len, run.library_candidates.values()))):  # one batch per rank: the best first
             by_task = {i: found[rank] for i, found in run.library_candidates.items() if rank < len(found)}
             measured = measure_candidates(run.contexts, by_task, run.builder, run.runner)
@@ -586,7 +592,7 @@ class TuningPipeline:
         run.progress.phase = "measuring each task's default schedule (the untuned baseline)"
         self.sink.on_phase(run.progress)
         measured = measure_defaults(run.contexts, run.defaults_to_measure, run.builder, run.runner)
-        record = run.callbacks[0]
+        record = run.record
         run.defaults_measured = len(measured)
         for index in measured:
             run.measured_outside[run.progress.tasks[index].name] = 1
@@ -599,7 +605,9 @@ class TuningPipeline:
 
     def summarize(self, run: _Run) -> TuneSummary:
         tuning, plan, progress = self.profile.tuning, run.plan, run.progress
-        builder_stats, runner_stats = getattr(run.builder, "stats", None), getattr(run.runner, "stats", None)
+        # components passed in (stock MetaSchedule's) keep no stats: zeros
+        builder_stats = run.builder.stats if isinstance(run.builder, WarmBuilder) else BuildStats()
+        runner_stats = run.runner.stats if isinstance(run.runner, TrackerRunner) else MeasureStats()
         evolutionary = tuning.search_strategy == "evolutionary"
         return TuneSummary(
             edgetune_version=__version__,
@@ -607,26 +615,26 @@ class TuningPipeline:
             date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             model=_model_info(run.model, self.components.tasks),
             profile=self.profile.name,
-            target=run.target.export() if hasattr(run.target, "export") else str(run.target),
+            target=run.target.export(),
             board=BoardInfo(run.board.label, f"{run.address.host}:{run.address.port}", self.key),
             history=run.history.url,
             trials=TrialCounts(
                 budget=plan.budget,
                 in_history_before=sum(plan.previous),
                 this_run=progress.done,
-                served_from_history=getattr(builder_stats, "cached", 0),
-                measured_on_device=getattr(runner_stats, "measured", 0),
+                served_from_history=builder_stats.cached,
+                measured_on_device=runner_stats.measured,
                 failed=sum(t.failed for t in progress.tasks),
-                build_timeouts=getattr(builder_stats, "timed_out", 0),
+                build_timeouts=builder_stats.timed_out,
                 default_schedules=run.defaults_measured,
                 waited_for_others=run.claims.waited if run.claims is not None else 0,
             ),
             seconds=Seconds(
                 tuning_wall=run.tune_seconds,
-                device=getattr(runner_stats, "device_seconds", 0.0),
-                upload=getattr(runner_stats, "upload_seconds", 0.0),
-                build=getattr(builder_stats, "build_seconds", 0.0),
-                session=getattr(runner_stats, "session_seconds", 0.0),
+                device=runner_stats.device_seconds,
+                upload=runner_stats.upload_seconds,
+                build=builder_stats.build_seconds,
+                session=runner_stats.session_seconds,
             ),
             search=SearchInfo(
                 strategy=tuning.search_strategy,
@@ -635,7 +643,7 @@ class TuningPipeline:
                 cost_model=tuning.cost_model,
                 task_scheduler=run.scheduler_name,
                 scheduler_awaits_measurements=run.awaits,
-                scheduler_decision_seconds=getattr(run.scheduler, "decision_seconds_", None),
+                scheduler_decision_seconds=run.scheduler.decision_seconds_ if isinstance(run.scheduler, SlotScheduler) else None,
             ),
             measurement=measurement_summary(self.profile, run.runner, run.board),
             measurement_reduction={

@@ -10,6 +10,7 @@ from ..search.suggest import settings_by_operator, suggest_settings
 from ..tasks.signature import operator_signature
 from ..profile import DeviceProfile
 from ..search.strategy import SearchReport
+from ..measure.runner import MeasureStats, TrackerRunner
 
 #: one JSON line per candidate timed by the adaptive evaluator: runs used, final CV
 MEASUREMENT_LOG = RunDir.MEASUREMENTS
@@ -91,18 +92,20 @@ def measurement_summary(profile: DeviceProfile, runner: Any, board: Any = None) 
 
     A provisioned board adds ``board_health``: heat readings, waits to cool, server restarts.
     """
-    m, stats = profile.measure, getattr(runner, "stats", None)
-    health = board.health_summary() if hasattr(board, "health_summary") else None
+    m = profile.measure
+    own = isinstance(runner, TrackerRunner)  # a runner passed in (stock MetaSchedule's) keeps no stats
+    stats = runner.stats if own else MeasureStats()
+    health = board.health_summary() if board is not None else None
     boards = {
         **({"board_health": health} if health is not None else {}),
-        "by_board": dict(getattr(stats, "by_board", {})),  # candidates measured per board (host:port)
-        "sessions_lost": getattr(stats, "sessions_lost", 0),
-        "unmeasured": getattr(stats, "unmeasured", 0),  # no board answered: not stored, measured on resume
-        "batch_wall_seconds": round(getattr(stats, "batch_wall_seconds", 0.0), 3),  # runner busy, all boards
+        "by_board": dict(stats.by_board),  # candidates measured per board (host:port)
+        "sessions_lost": stats.sessions_lost,
+        "unmeasured": stats.unmeasured,  # no board answered: not stored, measured on resume
+        "batch_wall_seconds": round(stats.batch_wall_seconds, 3),  # runner busy, all boards
     }
-    if m.evaluator != "adaptive" or stats is None:
+    if m.evaluator != "adaptive" or not own:
         return {"evaluator": "fixed", "number": m.number, "repeat": m.repeat, "min_repeat_ms": m.min_repeat_ms, **boards}
-    timed = stats.stopped_by_cv + stats.stopped_by_cap + getattr(stats, "stopped_by_budget", 0) + getattr(stats, "stopped_by_ci", 0)
+    timed = stats.stopped_by_cv + stats.stopped_by_cap + stats.stopped_by_budget + stats.stopped_by_ci
     return {
         **boards,
         "evaluator": "adaptive",
@@ -115,9 +118,9 @@ def measurement_summary(profile: DeviceProfile, runner: Any, board: Any = None) 
         "stop_rule": m.stop_rule,
         "ci_threshold": m.ci_threshold,
         "stopped_by_cv": stats.stopped_by_cv,
-        "stopped_by_ci": getattr(stats, "stopped_by_ci", 0),
+        "stopped_by_ci": stats.stopped_by_ci,
         "stopped_by_cap": stats.stopped_by_cap,
-        "stopped_by_budget": getattr(stats, "stopped_by_budget", 0),
+        "stopped_by_budget": stats.stopped_by_budget,
         "budget_ms": m.budget_ms,
         "runs_saved_vs_cap": 1 - stats.runs / (timed * m.max_runs) if timed else None,
         "log": MEASUREMENT_LOG,

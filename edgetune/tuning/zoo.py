@@ -5,9 +5,9 @@ tuning); building one drives :func:`run_tune`, so it lives here, above both.
 
 Many hours of tuning on a 2-core host, so it is resumable: the history is
 the working store. Every model is tuned by :func:`edgetune.tuning.run_tune`
-(what ``edgetune tune`` runs) with ``--no-evaluate``, each task capped at the
-budget per workload (``tuning.max_trials_per_task``), and a workload shared by
-several models is tuned once. Interrupted (Ctrl-C, a closed session), the
+(what ``edgetune tune`` runs) with ``--no-evaluate``, each task given the
+budget per workload (``tuning.max_trials_per_task``, no early stop), and a
+workload shared by several models is tuned once. Interrupted (Ctrl-C, a closed session), the
 same command resumes where the history stops; models whose tasks all have
 their budget are skipped at once.
 """
@@ -56,8 +56,11 @@ def build_library(
         raise OptionError(f"--budget must be >= 1 trial per workload, got {budget_per_workload} instead")
     if not zoo:
         raise OptionError("the zoo must name at least one model, got none instead")
-    # tuned from scratch, each task capped at the budget: the library must not depend on a library
-    profile = profile.with_overrides(tuning={"max_trials_per_task": budget_per_workload, "schedules": "off"})
+    # tuned from scratch, each task given the whole budget: the library must not depend on a library, and
+    # the adaptive early stop (which saves a user's trials) would leave most workloads far below the budget
+    profile = profile.with_overrides(
+        tuning={"max_trials_per_task": budget_per_workload, "schedules": "off", "early_stop": "none"}
+    )
     built = []
     for number, spec in enumerate(zoo, start=1):
         out_dir = work_dir / _safe(spec)

@@ -31,6 +31,7 @@ from setuptools.warnings import InformationOnly
 warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
 
 setup(
-    packages=[*find_packages(include=["edgetune", "edgetune.*"]), "edgetune.costmodel.data", "edgetune.device_profiles"],
+    packages=[*find_packages(include=["edgetune", "edgetune.*"]), "edgetune.costmodel.data", "edgetune.schedules.data",
+              "edgetune.device_profiles"],
     package_dir={"edgetune.device_profiles": "device_profiles"},
 )

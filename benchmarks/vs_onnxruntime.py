@@ -7,11 +7,13 @@ board, the profile's default components), at an increasing budget of measured
 trials per task: the run at 16 per task resumes the history of the run at 8,
 and so on, so the points are one tuning curve. After each point the delivered
 ``model.so`` is loaded in this process beside an ONNX Runtime session of the
-same ONNX file (``intra_op_num_threads`` = the profile's threads =
-``TVM_NUM_THREADS``), both are timed in interleaved rounds (each round: TVM's
-``time_evaluator`` over ``--number`` calls, then ONNX Runtime over as many
-calls), and the medians over rounds are compared. Outputs are compared on one
-fixed input: max |tvm - ort| / max |ort| must stay below 1e-4.
+same ONNX file and timed by the product's own comparison
+(:func:`edgetune.artifact.baseline.compare_with_baseline`, what ``edgetune tune
+--baseline onnxruntime`` runs): same threads, interleaved rounds (each round:
+TVM's ``time_evaluator`` over ``--number`` calls, then ONNX Runtime over as
+many calls, its threads not spinning between runs), medians over rounds.
+Outputs are compared on one fixed input: max |tvm - ort| / max |ort| must stay
+below 1e-4.
 
 Usage::
 
@@ -48,37 +50,16 @@ MODELS = ("resnet18", "mobilenetv2", "squeezenet", "transformer", "mobilenetv1")
 
 
 def time_interleaved(artifact: Path, onnx_bytes: bytes, inputs: dict[str, Any], threads: int, rounds: int, number: int) -> dict[str, Any]:
-    """Median latency (ms) of the tuned module and of ONNX Runtime, timed in alternating rounds."""
-    import numpy as np
-    import onnxruntime as ort
-    import tvm
-    from tvm import relax
+    """Median latency (ms) of the tuned module and of ONNX Runtime: the product's comparison (``--baseline``)."""
+    from edgetune.artifact.baseline import compare_with_baseline
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(artifact)), tvm.cpu())
-    args = [tvm.runtime.tensor(value) for value in inputs.values()]
-    out = vm["main"](*args)
-    ours = (out if hasattr(out, "numpy") else out[0]).numpy()
-    theirs = session.run(None, inputs)[0]
-    rel = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
-    timer = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
-    for _ in range(2):  # warm-up: thread pools, caches
-        timer(*args)
-        session.run(None, inputs)
-    tvm_ms, ort_ms = [], []
-    for _ in range(rounds):
-        tvm_ms.append(timer(*args).mean * 1e3)
-        started = time.perf_counter()
-        for _ in range(number):
-            session.run(None, inputs)
-        ort_ms.append((time.perf_counter() - started) / number * 1e3)
+    result = compare_with_baseline("onnxruntime", artifact, onnx_bytes, inputs, threads, rounds=rounds, number=number)
+    if result.error is not None:
+        raise SystemExit(f"vs_onnxruntime: {result.error}")
     return {
-        "tvm_ms": statistics.median(tvm_ms), "ort_ms": statistics.median(ort_ms),
-        "tvm_spread_ms": [min(tvm_ms), max(tvm_ms)], "ort_spread_ms": [min(ort_ms), max(ort_ms)],
-        "max_rel_diff": rel,
+        "tvm_ms": result.tuned_ms, "ort_ms": result.baseline_ms,
+        "tvm_spread_ms": list(result.tuned_spread_ms), "ort_spread_ms": list(result.baseline_spread_ms),
+        "max_rel_diff": result.max_rel_diff, "protocol": result.protocol,
     }
 
 

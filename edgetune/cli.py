@@ -176,7 +176,7 @@ def _run_tune(args: argparse.Namespace) -> int:
     """``edgetune tune``: the options from the flags, then the same run as ``edgetune.tune()`` (api.run_and_report)."""
     from .api import run_and_report, tune_options
     from .profile.schema import PROFILE_FLAGS
-    from .display import RichProgress
+    from .display import RichProgress, baseline_lines
 
     options = tune_options(
         args.model, args.profile, board=args.board, inventory=args.inventory, tracker=args.tracker, key=args.key,
@@ -184,7 +184,9 @@ def _run_tune(args: argparse.Namespace) -> int:
         suggested=args.suggested, scheduler=args.scheduler, **{flag: getattr(args, flag) for flag in PROFILE_FLAGS},
     )
     display = RichProgress(quiet=args.quiet)
-    run_and_report(options, display, finished=lambda summary: display.print_summary(summary, options.out_dir), say=print)
+    summary = run_and_report(options, display, finished=lambda s: display.print_summary(s, options.out_dir), say=print)
+    for line in baseline_lines(summary):  # the last word: is the user better off than with what they run today?
+        print(line)
     return 0
 
 

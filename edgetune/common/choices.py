@@ -29,6 +29,8 @@ CONV_LAYOUTS = ("as-is", "NHWC")
 #: How much of ONNX Runtime's graph preparation runs before task extraction (see edgetune.tasks.graph):
 #: "full" folds batch norms and constants, "none" tunes the graph as the frontend imported it.
 GRAPH_OPTIMIZATIONS = ("full", "none")
+#: tuning.baseline: the runtime the delivered model is timed against after a tune (edgetune/artifact/baseline.py)
+BASELINES = ("none", "onnxruntime")
 #: MetaSchedule search strategies.
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 #: Task schedulers: MetaSchedule's own two, then edgetune's (search.scheduler).

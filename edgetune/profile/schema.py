@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import tvm
 
 from edgetune.common.choices import (  # noqa: F401 - re-exported: the schema's vocabulary
+    BASELINES,
     CONV_LAYOUTS,
     COST_MODELS,
     EARLY_STOPS,
@@ -312,6 +313,12 @@ class TuningSettings:
         _integer(1), 1, metavar="N",
         flag="trials a task whose workload is in the schedule library spends on the library's best schedules "
         "before its search (default 1; the library keeps up to 3 per workload)",
+    )
+    # after the tune, the same model in the runtime a user would otherwise run, timed beside the delivered one
+    baseline: str = declare(
+        _string(BASELINES), "none",
+        flag="after tuning, time the same model in this runtime beside the delivered one, on this machine, same "
+        "threads and input (the embedded board only, so far): onnxruntime, or none (default)",
     )
     minor_task_share: float = declare(_number(at_least=0), 0.01)
     minor_task_trials: int = declare(_integer(1), 2)

@@ -27,7 +27,7 @@ from .library import ScheduleLibrary, load_library
 
 #: ``tuning.schedules`` values besides a file path
 SCHEDULES_MODES = ("auto", "off")
-#: the package directory holding the shipped libraries, one file per CPU family
+#: the package data directory (edgetune/schedules/data/) holding the shipped libraries, one file per CPU family
 SHIPPED_PACKAGE = "edgetune.schedules.data"
 SHIPPED_SUFFIX = ".schedules.gz"
 
@@ -56,9 +56,8 @@ class LibraryChoice:
 
 def shipped_libraries() -> list[Path]:
     """The libraries shipped in the package."""
-    try:
-        folder = resources.files(SHIPPED_PACKAGE)
-    except (ModuleNotFoundError, TypeError):
+    folder = resources.files("edgetune.schedules") / "data"  # a data directory (no __init__.py), as costmodel's
+    if not folder.is_dir():
         return []
     return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(SHIPPED_SUFFIX))
 

@@ -32,7 +32,8 @@ import tvm_ffi
 
 from ..common.run_dir import RunDir
 from .._version import __version__
-from ..board.base import Board
+from ..artifact.baseline import RUNTIME_NAMES, BaselineResult, compare_with_baseline
+from ..board.base import Board, EmbeddedBoard
 from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import BuildStats, WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
@@ -456,6 +457,8 @@ class TuningPipeline:
                 self.sink.on_phase(run.progress)
                 summary.end_to_end = evaluate_end_to_end(model, self.profile, target, history, address, out_dir)
                 summary.end_to_end.tuned_kernels_ms = summary.kernels_ms()
+                if self.profile.tuning.baseline != "none":
+                    summary.end_to_end.baselines = [self.time_baseline(run, model, summary.end_to_end.artifact).to_dict()]
             summary.write(out_dir)
             append_session(out_dir, summary)
             return summary
@@ -602,6 +605,16 @@ class TuningPipeline:
             record.record(index, [candidate], [built], [ran])
         run.progress.phase = "tuning"
         self.sink.on_phase(run.progress)
+
+    def time_baseline(self, run: _Run, model: LoadedModel, artifact: str) -> BaselineResult:
+        """tuning.baseline: the same model in that runtime beside ``model.so``, on this machine; never fails the tune."""
+        runtime = self.profile.tuning.baseline
+        if not isinstance(run.board, EmbeddedBoard):
+            return BaselineResult(runtime, error=f"runs only on the embedded board (this machine) so far, not on {run.board.label}")
+        run.progress.phase = f"timing {RUNTIME_NAMES.get(runtime, runtime)} beside the tuned model on this machine"
+        self.sink.on_phase(run.progress)
+        onnx = model.onnx_bytes if model.format == "onnx" else None
+        return compare_with_baseline(runtime, artifact, onnx, model.random_inputs(seed=0), self.profile.device.num_threads)
 
     def summarize(self, run: _Run) -> TuneSummary:
         tuning, plan, progress = self.profile.tuning, run.plan, run.progress

@@ -1,0 +1,135 @@
+"""The runtime a user already has, timed against the delivered model: same machine, threads and input.
+
+A deployment engineer tunes only if the tuned model beats what they run
+today. :func:`compare_with_baseline` loads the delivered ``model.so`` and the
+same model in the baseline runtime (ONNX Runtime) in one process and times
+them in interleaved rounds: each round TVM's ``time_evaluator`` over
+``number`` calls, then the baseline over as many calls; the medians over
+rounds are compared, and the outputs are compared on the same input.
+
+The fair protocol (measured in ``benchmarks/baseline_fairness.py``, see
+RESULTS.md): ONNX Runtime's intra-op threads spin after a run by default and,
+on a machine with as many threads as cores, slow the next TVM round down;
+they are told not to (``session.intra_op.allow_spinning = 0``), so that each
+runtime finds the cores idle when its round starts. Used by ``edgetune tune
+--baseline`` and by ``benchmarks/vs_onnxruntime.py`` alike.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+#: the relative output difference (max |ours - theirs| / max |theirs|) under which outputs agree
+OUTPUT_RTOL = 1e-4
+
+
+@dataclass
+class BaselineResult:
+    """One baseline runtime against the delivered model, timed side by side (milliseconds)."""
+
+    runtime: str
+    version: str = ""
+    baseline_ms: float | None = None
+    tuned_ms: float | None = None
+    baseline_spread_ms: tuple[float, float] | None = None
+    tuned_spread_ms: tuple[float, float] | None = None
+    max_rel_diff: float | None = None
+    outputs_match: bool | None = None
+    protocol: str = ""
+    error: str | None = None  # why no comparison could be made (the tune's own results are kept)
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline over tuned: above 1, the tuned model is faster."""
+        if not self.baseline_ms or not self.tuned_ms:
+            return None
+        return self.baseline_ms / self.tuned_ms
+
+    def line(self) -> str:
+        """``tuned 2.1 ms; ONNX Runtime 3.4 ms on this board: 1.6x faster``, or why there is no comparison."""
+        name = RUNTIME_NAMES.get(self.runtime, self.runtime)
+        if self.error is not None:
+            return f"baseline {name}: {self.error}"
+        speedup = self.speedup
+        verdict = f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
+        agree = "" if self.outputs_match else f"; outputs DIFFER (max rel diff {self.max_rel_diff:.2g})"
+        return f"tuned {self.tuned_ms:.3f} ms; {name} {self.baseline_ms:.3f} ms on this board: {verdict}{agree}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "speedup": self.speedup}
+
+
+#: how each baseline runtime is named to a user
+RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime"}
+
+
+def compare_with_baseline(
+    runtime: str,
+    artifact: str | os.PathLike[str],
+    onnx_bytes: bytes | None,
+    inputs: Mapping[str, Any],
+    threads: int,
+    *,
+    rounds: int = 15,
+    number: int = 10,
+    allow_spinning: bool = False,
+) -> BaselineResult:
+    """Time ``artifact`` (a compiled Relax module) and ``runtime`` on the same ``inputs`` in interleaved rounds.
+
+    ``allow_spinning=True`` leaves ONNX Runtime's threads spinning between runs (its default; unfair on a
+    machine without spare cores). Never raises for a missing runtime or model: the result's ``error`` says why.
+    """
+    if runtime != "onnxruntime":
+        return BaselineResult(runtime, error=f"must be one of {', '.join(RUNTIME_NAMES)}, got {runtime!r} instead")
+    if onnx_bytes is None:
+        return BaselineResult(runtime, error="needs the model as ONNX; this model was given as a PyTorch program")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return BaselineResult(runtime, error="not installed here (pip install onnxruntime)")
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's thread pool starts in this process
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    spinning = "1" if allow_spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+    try:
+        session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # noqa: BLE001 - ONNX Runtime's own errors: an operator it lacks, a bad file
+        return BaselineResult(runtime, ort.__version__, error=f"cannot load the model: {str(error).splitlines()[0]}")
+    feed = {name: np.asarray(value) for name, value in inputs.items()}
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(Path(artifact))), tvm.cpu())
+    args = [tvm.runtime.tensor(value) for value in feed.values()]
+    out = vm["main"](*args)
+    ours = (out if hasattr(out, "numpy") else out[0]).numpy()  # a tensor, or a tuple of them
+    theirs = session.run(None, feed)[0]
+    rel = float(np.abs(ours - theirs).max() / max(float(np.abs(theirs).max()), 1e-30))
+    timer = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
+    for _ in range(2):  # warm-up: thread pools, caches
+        timer(*args)
+        session.run(None, feed)
+    tuned_ms, baseline_ms = [], []
+    for _ in range(rounds):
+        tuned_ms.append(timer(*args).mean * 1e3)
+        started = time.perf_counter()
+        for _ in range(number):
+            session.run(None, feed)
+        baseline_ms.append((time.perf_counter() - started) / number * 1e3)
+    return BaselineResult(
+        runtime, ort.__version__,
+        baseline_ms=statistics.median(baseline_ms), tuned_ms=statistics.median(tuned_ms),
+        baseline_spread_ms=(min(baseline_ms), max(baseline_ms)), tuned_spread_ms=(min(tuned_ms), max(tuned_ms)),
+        max_rel_diff=rel, outputs_match=rel <= OUTPUT_RTOL,
+        protocol=f"{rounds} interleaved rounds of {number} calls, {threads} threads, median; "
+        f"ONNX Runtime spinning {'on' if allow_spinning else 'off'}",
+    )

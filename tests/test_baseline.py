@@ -1,0 +1,63 @@
+"""Baselines (issue 29): the runtime a user already has, timed beside the delivered model after a tune."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import run_cli
+from edgetune.artifact.baseline import BaselineResult, compare_with_baseline
+
+pytestmark = pytest.mark.integration
+
+
+def test_tune_with_an_onnxruntime_baseline_on_the_embedded_board(tmp_path) -> None:
+    """`edgetune tune --baseline onnxruntime`: ONNX Runtime timed beside model.so; summary and the final line say who won."""
+    out = tmp_path / "run"
+    done = run_cli("tune", "--profile", "host", "--model", "demo:tiny-cnn", "--trials", "3", "--out", str(out), "--quiet",
+                   "--baseline", "onnxruntime", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from edgetune.tuning import TuneSummary
+
+    summary = TuneSummary.load(out)
+    [baseline] = summary.end_to_end.baselines
+    assert baseline["runtime"] == "onnxruntime" and baseline["error"] is None and baseline["version"]
+    assert baseline["baseline_ms"] > 0 and baseline["tuned_ms"] > 0 and baseline["outputs_match"] is True
+    assert baseline["max_rel_diff"] < 1e-4 and "spinning off" in baseline["protocol"]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"tuned {baseline['tuned_ms']:.3f} ms; ONNX Runtime {baseline['baseline_ms']:.3f} ms on this board: ")
+    assert last.endswith(("x faster", "x slower")), last
+
+
+def test_a_baseline_off_the_embedded_board_is_one_line_and_the_tune_is_kept(tmp_path, loopback_board) -> None:
+    from edgetune.board.base import TrackerBoard
+    from edgetune.display import baseline_lines
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"baseline": "onnxruntime"})
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=2,
+                                   board=TrackerBoard(loopback_board)))
+    assert summary.end_to_end.outputs_match and summary.end_to_end.tuned_ms > 0  # the tune's own results
+    assert summary.trials.this_run >= 2 and (tmp_path / "model.so").is_file()
+    [baseline] = summary.end_to_end.baselines
+    assert baseline["baseline_ms"] is None and "embedded board" in baseline["error"]
+    assert baseline_lines(summary) == [f"baseline ONNX Runtime: {baseline['error']}"]
+
+
+def test_a_missing_runtime_or_a_model_without_onnx_is_one_line(monkeypatch, tmp_path) -> None:
+    no_onnx = compare_with_baseline("onnxruntime", tmp_path / "model.so", None, {}, 1)
+    assert no_onnx.error == "needs the model as ONNX; this model was given as a PyTorch program"
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now fails
+    missing = compare_with_baseline("onnxruntime", tmp_path / "model.so", b"onnx", {}, 1)
+    assert missing.error == "not installed here (pip install onnxruntime)" and missing.speedup is None
+    assert missing.line() == "baseline ONNX Runtime: not installed here (pip install onnxruntime)"
+    assert "\n" not in missing.line()
+
+
+def test_the_verdict_reads_the_right_way_round() -> None:
+    faster = BaselineResult("onnxruntime", baseline_ms=3.4, tuned_ms=2.0, outputs_match=True, max_rel_diff=0.0)
+    slower = BaselineResult("onnxruntime", baseline_ms=1.0, tuned_ms=2.5, outputs_match=True, max_rel_diff=0.0)
+    assert faster.line() == "tuned 2.000 ms; ONNX Runtime 3.400 ms on this board: 1.70x faster"
+    assert slower.line() == "tuned 2.500 ms; ONNX Runtime 1.000 ms on this board: 2.50x slower"

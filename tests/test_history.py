@@ -282,7 +282,7 @@ def test_has_candidate_and_lookup_run_secs_for_resuming(db):
     assert db.lookup_run_secs(workload, ARM, _schedule(2).trace) is None
 
 
-def test_target_filter_restricts_what_metaschedule_sees(db):
+def test_a_target_view_restricts_what_metaschedule_sees(db):
     workload = db.commit_workload(MOD)
     db.commit_tuning_record(_record(workload, 2, [4e-3], target=ARM))
     db.commit_tuning_record(_record(workload, 4, [3e-3], target=ARM))
@@ -292,14 +292,15 @@ def test_target_filter_restricts_what_metaschedule_sees(db):
     assert len(db) == 3
     assert _secs(db.get_top_k(workload, 1)[0]) == [1e-3]
 
-    db.set_target_filter(ARM)
-    assert len(db) == 2
-    assert [_secs(r) for r in db.get_top_k(workload, 5)] == [[3e-3], [4e-3]]
-    assert len(db.get_all_tuning_records()) == 2
-    sch = db.query_schedule(MOD, ARM, "main")
+    arm = db.for_target(ARM)
+    assert len(arm) == 2
+    assert [_secs(r) for r in arm.get_top_k(workload, 5)] == [[3e-3], [4e-3]]
+    assert len(arm.get_all_tuning_records()) == 2
+    sch = arm.query_schedule(MOD, ARM, "main")
     assert tvm_ffi.structural_equal(sch.mod, _schedule(4).mod)
+    assert len(db.for_target(X86)) == 1
 
-    db.set_target_filter(None)
+    # the history itself has no mode: it still shows every target
     assert len(db) == 3
     assert _secs(db.best_record(workload, ARM)) == [3e-3]
     assert _secs(db.best_record(MOD, X86)) == [1e-3]

@@ -36,6 +36,8 @@ from conftest import IN_CI, REPO
 BUNDLED = sorted(path.stem for path in (REPO / "device_profiles").glob("*.toml"))
 MIGRATIONS = sorted(path.name for path in (REPO / "edgetune" / "history" / "migrations" / "versions").glob("0*.py"))
 METATUNE = REPO / "edgetune" / "costmodel" / "data" / "metatune.npz"  # the bundled MetaTune model (package data)
+#: the schedule libraries shipped in the package (edgetune/schedules/data), as paths in the wheel
+SHIPPED_LIBRARIES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "edgetune" / "schedules" / "data").glob("*.schedules.gz"))
 
 # What a setuptools warning looks like in a build's output: `python -m build` prints a
 # backend's warnings as "WARNING <message>", Python as "<file>:<line>: <Category>: <message>"
@@ -127,8 +129,8 @@ def test_build_and_twine_check(dist: Path) -> None:
     for name in MIGRATIONS:
         assert f"edgetune/history/migrations/versions/{name}" in names
     for name in ("edgetune/history/migrations/env.py", "edgetune/history/migrations/script.py.mako", "edgetune/py.typed",
-                 "edgetune/costmodel/data/metatune.npz"):
-        assert name in names
+                 "edgetune/costmodel/data/metatune.npz", *SHIPPED_LIBRARIES):
+        assert name in names, name
     assert not any(name.startswith(("device_profiles/", "tests/")) for name in names)  # nothing at the top level
     for line in ("License-Expression: Apache-2.0", "Requires-Python: >=3.10", "Description-Content-Type: text/markdown",
                  "Classifier: Operating System :: POSIX :: Linux", "Provides-Extra: test", "Project-URL: "):
@@ -139,7 +141,7 @@ def test_build_and_twine_check(dist: Path) -> None:
         members = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     for name in ("setup.py", "pyproject.toml", "LICENSE", "README.md", "MANIFEST.in", "Makefile", "device_profiles/__init__.py",
                  "device_profiles/host.toml", "rpc_setup/boards.example.toml", "tests/conftest.py",
-                 "edgetune/costmodel/data/metatune.npz"):
+                 "edgetune/costmodel/data/metatune.npz", *SHIPPED_LIBRARIES):
         assert name in members, name
     assert not any("__pycache__" in name for name in members)
 
@@ -181,7 +183,9 @@ from edgetune.history.migrate import MIGRATIONS
 from alembic.script import ScriptDirectory
 metatune = importlib.resources.files("edgetune.costmodel") / "data" / "metatune.npz"
 model = bundled_model()  # what --cost-model meta and `edgetune costmodel info` load
+from edgetune.schedules.use import shipped_libraries
 print(json.dumps({
+    "libraries": [str(p) for p in shipped_libraries()],
     "edgetune": edgetune.__file__,
     "bundled": str(BUNDLED_DIR),
     "resources": str(importlib.resources.files("edgetune.device_profiles")),
@@ -239,6 +243,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(dist: Path, tmp_path: Path
     assert Path(where["migrations"]) == site / "edgetune" / "history" / "migrations", where
     assert len(where["revisions"]) == len(MIGRATIONS), where  # Alembic reads the installed scripts
     _check_metatune(where, site / "edgetune" / "costmodel" / "data" / "metatune.npz")
+    assert where["libraries"] == [str(site / name) for name in SHIPPED_LIBRARIES], where  # what --schedules auto finds
     _check_profiles(venv, env, work, site / "edgetune" / "device_profiles")
 
     out = work / "run"

@@ -60,11 +60,7 @@ def compile_model(mod: Any, target: Any, history: Any | None = None) -> Any:
             return relax.build(mod, target=target)
     from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
-    history.set_target_filter(target)
-    try:
-        return compile_relax(history, mod, target, params=None)
-    finally:
-        history.set_target_filter(None)
+    return compile_relax(history.for_target(target), mod, target, params=None)
 
 
 def export_model(executable: Any, path: str | Path, profile: DeviceProfile) -> Path:

@@ -142,10 +142,13 @@ def connect_engine(url_or_path: str, *, must_exist: bool = False) -> tuple[Engin
 class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryStore):
     """MetaSchedule database over SQL tables; see :func:`open_history`.
 
-    Stock MetaSchedule databases ignore the target when they pick a best record.
-    One history may hold several boards' results, so :meth:`set_target_filter`
-    restricts ``get_top_k``, ``get_all_tuning_records`` and ``len()`` (and hence
-    ``query_schedule``/``compile_relax``) to one target's records.
+    Stock MetaSchedule databases ignore the target when they pick a best record,
+    and so does this one, seen as a whole. One history may hold several boards'
+    results, whose latencies are on different scales: :meth:`for_target` gives
+    MetaSchedule a :class:`TargetView` whose ``get_top_k``,
+    ``get_all_tuning_records`` and ``len()`` (and hence ``query_schedule`` and
+    ``compile_relax``) see one target's records only. There is no mode to
+    switch: the history never changes what it returns.
     """
 
     def __init__(self, url_or_path: str, *, board_id: str = "", read_only: bool = False) -> None:
@@ -154,7 +157,6 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
         self._name = name
         self._board_id = board_id
         self._read_only = read_only
-        self._target_filter: str | None = None
         self._by_id: dict[int, StoredWorkload] = {}
         self._by_shash: dict[str, list[StoredWorkload]] = {}
         self._by_handle: dict[int, StoredWorkload] = {}
@@ -403,11 +405,6 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
             result.append(cached[1])
         return result
 
-    def _filtered(self, stmt: sa.Select) -> sa.Select:
-        if self._target_filter is None:
-            return stmt
-        return stmt.where(records.c.target_hash == self._target_filter)
-
     def _commit_record(self, record: TuningRecord, error: str | None, board: str | None = None) -> int:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
         failed = error is not None or is_failed(run_secs)
@@ -487,6 +484,15 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
         self._commit_record(record, error)
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        return self._top_k(workload, top_k, None)
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        return self._all_records(None)
+
+    def __len__(self) -> int:
+        return self._count(None)
+
+    def _top_k(self, workload: Workload, top_k: int, target_hash: str | None) -> list[TuningRecord]:
         if top_k < 0:
             raise ValueError(f"top_k must be non-negative, got {top_k}")
         with self._access("read tuning records") as engine, engine.connect() as conn:
@@ -494,37 +500,39 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
             if entry is None or top_k == 0:
                 return []
             rows = conn.execute(
-                self._filtered(
+                _for_target(
                     sa.select(*RECORD_COLUMNS).where(
                         records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None)
-                    )
+                    ),
+                    target_hash,
                 )
                 .order_by(records.c.mean_run_sec, records.c.id)
                 .limit(top_k)
             ).all()
             return self._to_records(conn, rows)
 
-    def get_all_tuning_records(self) -> list[TuningRecord]:
+    def _all_records(self, target_hash: str | None) -> list[TuningRecord]:
         with self._access("read tuning records") as engine, engine.connect() as conn:
             rows = conn.execute(
-                self._filtered(sa.select(*RECORD_COLUMNS)).order_by(records.c.id)
+                _for_target(sa.select(*RECORD_COLUMNS), target_hash).order_by(records.c.id)
             ).all()
             return self._to_records(conn, rows)
 
-    def __len__(self) -> int:
+    def _count(self, target_hash: str | None) -> int:
         with self._access("count tuning records") as engine, engine.connect() as conn:
-            stmt = self._filtered(sa.select(sa.func.count()).select_from(records))
+            stmt = _for_target(sa.select(sa.func.count()).select_from(records), target_hash)
             return int(conn.execute(stmt).scalar_one())
 
     # ------------------------------------------------------------ edgetune API
 
-    def set_target_filter(self, target: Target | None) -> None:
-        """Let MetaSchedule see only ``target``'s records (None: all targets, stock behaviour).
+    def for_target(self, target: Target) -> TargetView:
+        """What MetaSchedule should see of this history for ``target``: its records only, ranked on one scale.
 
-        A history shared by several boards holds one best record per board; without
-        the filter ``compile_relax`` could apply another board's schedule.
+        A history shared by several boards holds one best record per board; given the whole history,
+        ``compile_relax`` could apply another board's schedule and a search would start from another
+        board's fastest records. A tune, the untuned/tuned builds and deploy all read through a view.
         """
-        self._target_filter = None if target is None else sha256(target_json(target))
+        return TargetView(self, target)
 
     def count_records(
         self,
@@ -633,8 +641,8 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
         """Write MetaSchedule JSONDatabase files (workloads, records) into ``directory``.
 
         The files are written by TVM's own JSONDatabase, so stock MetaSchedule reads
-        them back exactly. Every workload is exported, and the records the target
-        filter lets through; existing files of the same names are replaced.
+        them back exactly. Every workload and every record is exported; existing files
+        of the same names are replaced.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -642,7 +650,7 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
             ids = conn.execute(sa.select(workloads.c.id)).scalars().all()
             entries = self._entries(conn, ids)
             rows = conn.execute(
-                self._filtered(sa.select(*RECORD_COLUMNS)).order_by(records.c.id)
+                sa.select(*RECORD_COLUMNS).order_by(records.c.id)
             ).all()
             tuning_records = self._to_records(conn, rows)
         staging = Path(tempfile.mkdtemp(prefix=".edgetune-export-", dir=directory))
@@ -678,6 +686,41 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
+
+
+def _for_target(stmt: sa.Select, target_hash: str | None) -> sa.Select:
+    return stmt if target_hash is None else stmt.where(records.c.target_hash == target_hash)
+
+
+@derived_object
+class TargetView(ms.database.PyDatabase):
+    """One target's records of a :class:`HistoryDatabase`, as MetaSchedule sees them (:meth:`HistoryDatabase.for_target`).
+
+    Reads see that target only; writes go to the history as they are.
+    """
+
+    def __init__(self, history: HistoryDatabase, target: Target) -> None:
+        self.history = history
+        self.target = target
+        self._target_hash = sha256(target_json(target))
+
+    def has_workload(self, mod: IRModule) -> bool:
+        return self.history.has_workload(mod)
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        return self.history.commit_workload(mod)
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        self.history.commit_tuning_record(record)
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        return self.history._top_k(workload, top_k, self._target_hash)
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        return self.history._all_records(self._target_hash)
+
+    def __len__(self) -> int:
+        return self.history._count(self._target_hash)
 
 
 def open_history(

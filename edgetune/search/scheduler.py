@@ -622,3 +622,8 @@ SCHEDULER_CLASSES = {
     "epsilon-greedy": EpsilonGreedyTaskScheduler,
     "softmax": SoftmaxTaskScheduler,
 }
+
+
+#: edgetune's own task schedulers as MetaSchedule holds them (``derived_object`` wrappers, not SlotScheduler
+#: instances): what a run checks before it reads their ``decision_seconds_``
+SLOT_SCHEDULERS = (UCBTaskScheduler, EpsilonGreedyTaskScheduler, SoftmaxTaskScheduler)

@@ -28,11 +28,7 @@ class CandidateCache:
         from tvm.s_tir import Schedule
 
         workload = history.commit_workload(workload_mod)
-        history.set_target_filter(target)
-        try:
-            records = history.get_top_k(workload, 1 << 30)
-        finally:
-            history.set_target_filter(None)
+        records = history.for_target(target).get_top_k(workload, 1 << 30)
         from ..search.default_schedule import is_default_trace
 
         for record in records:

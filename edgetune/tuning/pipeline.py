@@ -47,7 +47,7 @@ from ..measure.runner import MeasureStats, TrackerRunner
 from ..profile import DeviceProfile
 from ..provision.board import BoardChoice, choose_board, resolve_board
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
-from ..search.scheduler import SlotScheduler
+from ..search.scheduler import SLOT_SCHEDULERS
 from ..search.strategy import SearchReport
 from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
@@ -508,7 +508,9 @@ class TuningPipeline:
                     num_trials_per_iter=plan.per_iter,
                     builder=run.builder,
                     runner=runner,
-                    database=run.history,
+                    # this target's records only: another board's latencies are on another scale, and its fastest
+                    # records would seed this search first (warm start and transfer weigh other boards themselves)
+                    database=run.history.for_target(run.target),
                     cost_model=run.cost_model,
                     measure_callbacks=run.callbacks,
                     task_scheduler=run.scheduler,
@@ -656,7 +658,7 @@ class TuningPipeline:
                 cost_model=tuning.cost_model,
                 task_scheduler=run.scheduler_name,
                 scheduler_awaits_measurements=run.awaits,
-                scheduler_decision_seconds=run.scheduler.decision_seconds_ if isinstance(run.scheduler, SlotScheduler) else None,
+                scheduler_decision_seconds=run.scheduler.decision_seconds_ if isinstance(run.scheduler, SLOT_SCHEDULERS) else None,
             ),
             measurement=measurement_summary(self.profile, run.runner, run.board),
             measurement_reduction={

@@ -24,14 +24,18 @@ setuptools warning still shows (tests/test_packaging.py fails on them).
 """
 
 import warnings
+from pathlib import Path
 
 from setuptools import find_packages, setup
 from setuptools.warnings import InformationOnly
 
 warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
 
+# data directories (no __init__.py) shipped as packages; schedules/data exists once a library is shipped
+DATA_PACKAGES = [name for name in ("edgetune.costmodel.data", "edgetune.schedules.data")
+                 if (Path(__file__).parent / name.replace(".", "/")).is_dir()]
+
 setup(
-    packages=[*find_packages(include=["edgetune", "edgetune.*"]), "edgetune.costmodel.data", "edgetune.schedules.data",
-              "edgetune.device_profiles"],
+    packages=[*find_packages(include=["edgetune", "edgetune.*"]), *DATA_PACKAGES, "edgetune.device_profiles"],
     package_dir={"edgetune.device_profiles": "device_profiles"},
 )

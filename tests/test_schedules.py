@@ -267,3 +267,23 @@ def test_schedules_build_tunes_without_early_stop_or_a_library(tmp_path, monkeyp
     tuning = seen[0].profile.tuning
     assert (tuning.early_stop, tuning.schedules, tuning.max_trials_per_task) == ("none", "off", 5)
     assert seen[0].evaluate is False
+
+
+def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
+    """The library shipped for this workplace's CPU family: loads, is named by its family, under 5 MB, covers ResNet-18."""
+    from edgetune.schedules.use import SHIPPED_SUFFIX, shipped_libraries
+    from edgetune.tasks import load_model, prepare_for_tuning
+
+    shipped = shipped_libraries()
+    assert shipped, "a library ships in edgetune/schedules/data"
+    assert sum(path.stat().st_size for path in shipped) <= 5 * 2**20  # the issue's limit on what it adds to the wheel
+    for path in shipped:
+        library = load_library(path)
+        assert path.name == f"{library.family}{SHIPPED_SUFFIX}"
+        assert library.workloads and all(w.schedules for w in library.workloads)
+    library = load_library(next(p for p in shipped if p.name.startswith("x86-64-avx512")))
+    assert "demo:resnet18@224" in library.header["zoo"]
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(load_model("demo:resnet18@224").mod, target), target)
+    convolutions = [t for t in tasks if "conv2d" in t.task_name]
+    assert convolutions and all(library.find(t.dispatched[0]) is not None for t in convolutions)

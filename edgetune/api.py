@@ -148,7 +148,7 @@ def tune(
     (its file in ``out`` and the default ``out``). ``progress`` is False
     (quiet), True (the CLI's progress display on stderr) or a
     :class:`~edgetune.tuning.ProgressSink`. Every profile key that ``edgetune
-    tune`` takes as a flag is a keyword argument too (``sampler="random"``,
+    tune`` takes as a flag is a keyword argument too (``sampler="none"``,
     ``library_schedules=2``...; None keeps the profile's; listed below), and
     ``overrides`` sets any other key by section (``{"tuning": {"seed": 3}}``).
 

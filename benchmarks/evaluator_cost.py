@@ -105,10 +105,10 @@ def rebuild_candidates(history_url: str, limit: int) -> tuple[Any, list[str], An
 
     history = open_history(history_url, read_only=True)
     try:
-        summaries = [s for s in history.record_summaries() if s.mean_run_sec is not None]
+        summaries = [s for s in history.bulk.record_summaries() if s.mean_run_sec is not None]
         busiest = Counter(id(s.workload) for s in summaries).most_common(1)[0][0]
         chosen = [s.id for s in summaries if id(s.workload) == busiest][:limit]
-        records = history.records_by_id(chosen)
+        records = history.bulk.records_by_id(chosen)
     finally:
         history.close()
     builder = WarmBuilder(timeout_sec=60)

@@ -52,11 +52,11 @@ def load_pools(pattern: str) -> dict[str, dict[str, list]]:
         store = open_history(f"sqlite:///{path}", read_only=True)
         try:
             groups = defaultdict(list)
-            for summary in store.record_summaries():
+            for summary in store.bulk.record_summaries():
                 groups[(summary.workload.shash, summary.target_json)].append(summary)
             for (shash, target_json), summaries in groups.items():
                 pool = pools[shash]
-                records = store.records_by_id([s.id for s in summaries])
+                records = store.bulk.records_by_id([s.id for s in summaries])
                 fresh = [i for i, r in enumerate(records) if str(r.trace) not in pool["seen"]]
                 if not fresh:
                     continue

@@ -8,7 +8,7 @@ the history holds the same operators at other shapes. For each seed:
    into a fresh SQLite history;
 2. cold: tune the two conv tasks at 64x64 with a fresh cost model
    (``--cost-model``, default: the profile default, the random forest);
-3. warm: the same, after ``edgetune.history.warmstart.warm_start`` trained the
+3. warm: the same, after ``edgetune.costmodel.warmstart.warm_start`` trained the
    cost model on that history (``--scope``, default ``auto``: similar tasks
    only for operators without same-task history).
 
@@ -57,7 +57,7 @@ from tvm.ir.utils import derived_object
 from _pipeline import AS_BEFORE, STOCK_SEARCH, bench_profile, shared_board
 from _results import write_section
 from edgetune.history import open_history
-from edgetune.history.warmstart import WARM_START_SCOPES
+from edgetune.costmodel.warmstart import WARM_START_SCOPES
 from edgetune.profile.schema import TuningSettings
 from edgetune.tuning import Components, TuneOptions, TuningPipeline, run_tune
 

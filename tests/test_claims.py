@@ -49,7 +49,7 @@ def test_a_claim_released_without_a_record_is_taken_over(tmp_path):
         first.close()  # the owner's run ended (interrupted) before measuring
         assert second.wait(mod) == ("build", None)
         assert second.held == 1 and second.waited == 0
-        assert stores[0].claim_of(ARM, CandidateCache.key(mod)).owner == second.owner
+        assert stores[0].claims.claim_of(ARM, CandidateCache.key(mod)).owner == second.owner
     finally:
         second.close()
         for db in stores:

@@ -57,7 +57,7 @@ def _timed_modules(url: str) -> list[str]:
     db = open_history(url, read_only=True)
     try:
         keys = []
-        for record in db.records_by_id(ids):
+        for record in db.bulk.records_by_id(ids):
             sch = Schedule(record.workload.mod)
             record.trace.apply_to_schedule(sch, remove_postproc=False)
             keys.append(str(tvm_ffi.structural_hash(sch.mod)))

@@ -286,11 +286,11 @@ def test_warm_start_adapts_the_meta_model_to_the_history(meta_run):
     from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.costmodel.meta_model import MetaTuneModel
     from edgetune.history import open_history
-    from edgetune.history.warmstart import warm_start
+    from edgetune.costmodel.warmstart import warm_start
 
     history = open_history(str(meta_run / "history.db"), read_only=True)
     try:
-        target = tvm.target.Target(json.loads(history.record_groups()[0].target_json))
+        target = tvm.target.Target(json.loads(history.bulk.record_groups()[0].target_json))
         load_tensor_intrinsics(target)
         records = history.successful_records(target)
         mods = list({r.workload.mod.script(): r.workload.mod for r, _ in records}.values())

@@ -755,6 +755,18 @@ def test_two_boards_measuring_one_candidate_keep_two_rows(db):
     assert db.has_candidate(MOD, ARM, _schedule(8).trace)
 
 
+def test_a_served_candidate_keeps_the_row_its_board_left(db):
+    """A candidate served from the history (not measured) adds no row for a trace already stored."""
+    workload = db.commit_workload(MOD)
+    measured = db.commit_measurement(_record(workload, 4, [2e-3]), board="127.0.0.1:9190")
+    assert db.commit_served(_record(workload, 4, [2e-3])) == measured
+    assert db.count_records(MOD) == 1
+    assert {board for _record_, board in db.successful_records(ARM)} == {"board-01@127.0.0.1:9190"}
+    # a trace the history lacks (the module was stored under another trace) is stored
+    other = db.commit_served(_record(workload, 8, [3e-3]))
+    assert other != measured and db.count_records(MOD) == 2
+
+
 def test_version_2_history_upgrades_to_keep_each_boards_row(db_url):
     """A history made by revisions 0001+0002 (schema 2), upgraded by ``db upgrade``."""
     from alembic import command
@@ -818,9 +830,9 @@ def test_version_3_history_upgrades_to_hold_claims(db_url):
     db = open_history(db_url)
     try:
         owner = ClaimOwner.this_process()
-        assert db.claim_candidate(ARM, "k", owner, 30).owner == owner
+        assert db.claims.claim_candidate(ARM, "k", owner, 30).owner == owner
         record_id = db.commit_measurement(_record(db.commit_workload(MOD), 4, [1e-3]))
-        assert db.finish_claim(ARM, "k", owner, record_id)
-        assert db.claim_of(ARM, "k").record_id == record_id
+        assert db.claims.finish_claim(ARM, "k", owner, record_id)
+        assert db.claims.claim_of(ARM, "k").record_id == record_id
     finally:
         db.close()

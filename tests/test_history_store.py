@@ -22,7 +22,7 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
 from edgetune.errors import HistoryError
-from edgetune.history import HistoryStore, open_history
+from edgetune.history import BulkStore, ClaimStore, HistoryStore, open_history
 from edgetune.history.store import RECORD_FIELDS, WORKLOAD_FIELDS, ClaimOwner
 from test_history import ARM, MOD, X86, _matmul_sized, _record, _schedule, _secs
 from test_history import db_url as store_url  # noqa: F401 - the per-backend fixture
@@ -52,43 +52,45 @@ def store(store_url: str) -> HistoryStore:
 
 def test_what_open_history_returns_is_a_store(store):
     assert isinstance(store, HistoryStore)
+    # composed of smaller stores, each its own interface
+    assert isinstance(store.claims, ClaimStore) and isinstance(store.bulk, BulkStore)
     assert "://" in store.url or Path(store.url).name == "tuning.db"
 
 
 def test_workloads_by_row_id(store):
-    everything = store.workloads()
+    everything = store.bulk.workloads()
     assert len(everything) == 2
     by_module = {len(entry.workload.mod["main"].params): row for row, entry in everything.items()}
     assert sorted(by_module) == [3]  # both are 3-argument matmuls
-    some = store.workloads([min(everything)])
+    some = store.bulk.workloads([min(everything)])
     assert list(some) == [min(everything)]
     assert some[min(everything)].ids == [min(everything)]
-    assert store.workloads([10_000]) == {}
+    assert store.bulk.workloads([10_000]) == {}
 
 
 def test_record_summaries_in_measurement_order_and_by_target(store):
-    summaries = store.record_summaries()
+    summaries = store.bulk.record_summaries()
     assert len(summaries) == 5
     assert [s.created_at for s in summaries] == sorted(s.created_at for s in summaries)
-    arm = store.record_summaries(ARM)
+    arm = store.bulk.record_summaries(ARM)
     assert len(arm) == 4
     assert [s.mean_run_sec for s in arm] == [4e-3, 1e-3, None, 5e-5]  # the failure has no mean
     assert {id(s.workload) for s in arm[:3]} == {id(arm[0].workload)}  # one entry per workload
-    assert [s.mean_run_sec for s in store.record_summaries(X86)] == [3e-4]
+    assert [s.mean_run_sec for s in store.bulk.record_summaries(X86)] == [3e-4]
 
 
 def test_records_by_id_keep_the_order_asked_for(store):
-    ids = [s.id for s in store.record_summaries(ARM)]
+    ids = [s.id for s in store.bulk.record_summaries(ARM)]
     wanted = [ids[2], ids[0], ids[1]]
-    got = store.records_by_id(wanted)
+    got = store.bulk.records_by_id(wanted)
     assert [_secs(r) for r in got[1:]] == [[4e-3], [1e-3]]
     assert _secs(got[0])[0] >= 1e9  # a failed record carries TVM's failure stub
     with pytest.raises(HistoryError, match="no record with id"):
-        store.records_by_id([max(ids) + 1000])
+        store.bulk.records_by_id([max(ids) + 1000])
 
 
 def test_record_groups_count_per_workload_and_target(store):
-    groups = store.record_groups()
+    groups = store.bulk.record_groups()
     assert len(groups) == 3
     by_count = sorted((g.count, g.successful, g.failed, g.best_sec) for g in groups)
     assert by_count == [(1, 1, 0, 5e-5), (1, 1, 0, 3e-4), (3, 2, 1, 1e-3)]
@@ -115,51 +117,51 @@ def test_counts_candidates_and_best(store):
 
 
 def test_prune_records_dry_run_then_for_real(store):
-    counted = store.prune_records(failed=True, keep_top=1, dry_run=True)
+    counted = store.bulk.prune_records(failed=True, keep_top=1, dry_run=True)
     assert (counted.failed, counted.beyond_top, counted.removed) == (1, 1, 2)
     assert store.count_records() == 5
-    done = store.prune_records(failed=True, keep_top=1)
+    done = store.bulk.prune_records(failed=True, keep_top=1)
     assert done.removed == 2
     assert store.count_records() == 3
-    assert store.prune_records(created_before=time.time() + 60).removed == 3
+    assert store.bulk.prune_records(created_before=time.time() + 60).removed == 3
     assert store.count_records() == 0
 
 
 def test_dedupe_records_with_nothing_duplicated_changes_nothing(store):
-    result = store.dedupe_records("average")
+    result = store.bulk.dedupe_records("average")
     assert (result.configurations, result.removed) == (0, 0)
     assert store.count_records() == 5
     with pytest.raises(HistoryError, match="use 'date' or 'average'"):
-        store.dedupe_records("median")
+        store.bulk.dedupe_records("median")
 
 
 def test_export_rows_import_into_a_fresh_sqlite_store(store, tmp_path):
-    workload_rows, record_rows = store.export_rows()
+    workload_rows, record_rows = store.bulk.export_rows()
     assert len(workload_rows) == 2 and len(record_rows) == 5
     assert set(WORKLOAD_FIELDS) <= set(workload_rows[0]) and set(RECORD_FIELDS) <= set(record_rows[0])
     lines = [(f"w{i}", {"type": "workload", **row}) for i, row in enumerate(workload_rows)]
     lines += [(f"r{i}", {"type": "record", **row}) for i, row in enumerate(record_rows)]
     other = open_history(str(tmp_path / "copy.db"))
     try:
-        result = other.import_rows(lines)
+        result = other.bulk.import_rows(lines)
         assert (result.added, result.workloads_added) == (5, 2)
-        assert other.import_rows(lines).skipped == 5  # idempotent
+        assert other.bulk.import_rows(lines).skipped == 5  # idempotent
         assert _secs(other.best_record(MOD, ARM)) == [1e-3]
         # and back into the original store: everything is already there
-        assert store.import_rows(lines).skipped == 5
+        assert store.bulk.import_rows(lines).skipped == 5
     finally:
         other.close()
 
 
 def test_import_rows_is_one_transaction(store):
-    workload_rows, record_rows = store.export_rows()
+    workload_rows, record_rows = store.bulk.export_rows()
     fresh = {"type": "record", **record_rows[0], "trace_json": record_rows[0]["trace_json"]}
     fresh["created_at"] = time.time() + 10
     fresh["run_secs_json"] = "[9e-4]"
     fresh["mean_run_sec"] = 9e-4
     bad = {"type": "record", "workload_id": workload_rows[0]["id"]}  # no fields
     with pytest.raises(HistoryError, match="line 2: missing field"):
-        store.import_rows([("line 0", {"type": "workload", **workload_rows[0]}), ("line 1", fresh), ("line 2", bad)])
+        store.bulk.import_rows([("line 0", {"type": "workload", **workload_rows[0]}), ("line 1", fresh), ("line 2", bad)])
     assert _secs(store.best_record(MOD, ARM)) == [1e-3]  # the update in line 1 was rolled back
 
 
@@ -168,9 +170,9 @@ def test_read_only_store_refuses_every_write(store, store_url):
     try:
         assert reader.count_records() == 5
         for write in (
-            lambda: reader.prune_records(failed=True),
-            lambda: reader.dedupe_records("date"),
-            lambda: reader.import_rows([]),
+            lambda: reader.bulk.prune_records(failed=True),
+            lambda: reader.bulk.dedupe_records("date"),
+            lambda: reader.bulk.import_rows([]),
             lambda: reader.commit_tuning_record(_record(reader.commit_workload(MOD), 32, [1e-3])),
         ):
             with pytest.raises(HistoryError, match="read-only"):
@@ -203,10 +205,10 @@ def test_dedupe_merges_one_candidate_measured_by_two_boards(store):
     workload = store.commit_workload(MOD)
     store.commit_measurement(_record(workload, 2, [2e-3]), board="127.0.0.1:9191")  # a second board
     assert store.count_records(MOD, ARM) == 4
-    result = store.dedupe_records("average")
+    result = store.bulk.dedupe_records("average")
     assert (result.configurations, result.removed) == (1, 1)
     assert store.count_records(MOD, ARM) == 3
-    kept = [r for r in store.records_by_id([s.id for s in store.record_summaries(ARM)]) if _secs(r) == [3e-3]]
+    kept = [r for r in store.bulk.records_by_id([s.id for s in store.bulk.record_summaries(ARM)]) if _secs(r) == [3e-3]]
     assert len(kept) == 1  # the mean of 4 ms and 2 ms
 
 
@@ -214,69 +216,69 @@ def test_board_summaries_keep_each_boards_records_apart(store):
     workload = store.commit_workload(MOD)
     store.commit_measurement(_record(workload, 2, [2e-3]), board="127.0.0.1:9191")
     store.commit_measurement(_record(workload, 7, [1e9]), error="run failed", board="127.0.0.1:9191")
-    summaries = store.board_summaries()
+    summaries = store.bulk.board_summaries()
     other = [s for s in summaries if s.board_id.endswith("@127.0.0.1:9191")]
     assert len(other) == 1, summaries
     (mine,) = other
     assert (mine.count, mine.successful, mine.best_sec) == (2, 1, pytest.approx(2e-3))
-    assert sum(s.count for s in summaries) == sum(1 for _ in store.record_summaries())
+    assert sum(s.count for s in summaries) == sum(1 for _ in store.bulk.record_summaries())
 
 
 # ---------------------------------------------------------------------- claims
 
 def test_a_claim_is_held_by_one_owner_until_it_expires(store):
     first, second = ClaimOwner.this_process(), ClaimOwner.this_process()
-    won = store.claim_candidate(ARM, "cand-1", first, 30)
+    won = store.claims.claim_candidate(ARM, "cand-1", first, 30)
     assert won.owner == first and won.live and won.record_id is None
-    lost = store.claim_candidate(ARM, "cand-1", second, 30)
+    lost = store.claims.claim_candidate(ARM, "cand-1", second, 30)
     assert lost.owner == first and lost.live  # the holder is named, nothing changed
-    assert store.claim_candidate(X86, "cand-1", second, 30).owner == second  # another target: another claim
-    short = store.claim_candidate(ARM, "cand-2", first, 0.3)
+    assert store.claims.claim_candidate(X86, "cand-1", second, 30).owner == second  # another target: another claim
+    short = store.claims.claim_candidate(ARM, "cand-2", first, 0.3)
     assert short.owner == first
     time.sleep(0.6)
-    assert store.claim_of(ARM, "cand-2").expired
-    taken = store.claim_candidate(ARM, "cand-2", second, 30)
+    assert store.claims.claim_of(ARM, "cand-2").expired
+    taken = store.claims.claim_candidate(ARM, "cand-2", second, 30)
     assert taken.owner == second and taken.live  # an expired claim is taken over
-    assert {c.candidate_key for c in store.list_claims()} == {"cand-1", "cand-2"}
+    assert {c.candidate_key for c in store.claims.list_claims()} == {"cand-1", "cand-2"}
     with pytest.raises(HistoryError, match="lease"):
-        store.claim_candidate(ARM, "cand-3", first, 0)
+        store.claims.claim_candidate(ARM, "cand-3", first, 0)
 
 
 def test_renew_finish_and_release(store):
     owner, other = ClaimOwner.this_process(), ClaimOwner.this_process()
-    store.claim_candidate(ARM, "a", owner, 0.5)
-    store.claim_candidate(ARM, "b", owner, 0.5)
-    store.claim_candidate(ARM, "c", owner, 0.5)
-    assert store.renew_claims(owner, 60) == 3
+    store.claims.claim_candidate(ARM, "a", owner, 0.5)
+    store.claims.claim_candidate(ARM, "b", owner, 0.5)
+    store.claims.claim_candidate(ARM, "c", owner, 0.5)
+    assert store.claims.renew_claims(owner, 60) == 3
     time.sleep(0.7)
-    assert store.claim_candidate(ARM, "a", other, 60).owner == owner  # renewed: still held
+    assert store.claims.claim_candidate(ARM, "a", other, 60).owner == owner  # renewed: still held
     record_id = store.commit_measurement(_record(store.commit_workload(MOD), 16, [2e-3]))
-    assert _secs(store.records_by_id([record_id])[0]) == [pytest.approx(2e-3)]
-    assert not store.finish_claim(ARM, "a", other, record_id)  # not its claim
-    assert store.finish_claim(ARM, "a", owner, record_id)
-    finished = store.claim_of(ARM, "a")
+    assert _secs(store.bulk.records_by_id([record_id])[0]) == [pytest.approx(2e-3)]
+    assert not store.claims.finish_claim(ARM, "a", other, record_id)  # not its claim
+    assert store.claims.finish_claim(ARM, "a", owner, record_id)
+    finished = store.claims.claim_of(ARM, "a")
     assert finished.record_id == record_id and not finished.live
     # a measured claim is not taken over, unless asked (a failed result is measured again)
-    assert store.claim_candidate(ARM, "a", other, 60).record_id == record_id
-    assert store.claim_candidate(ARM, "a", other, 60, take_measured=True).owner == other
-    assert not store.release_claim(ARM, "b", other)
-    assert store.release_claim(ARM, "b", owner)
-    assert store.claim_of(ARM, "b") is None
-    assert store.release_claims(owner) == 1  # "c"; "a" is the other's now
-    assert [c.candidate_key for c in store.list_claims()] == ["a"]
-    assert len(store.list_claims(live_only=False)) == 1
+    assert store.claims.claim_candidate(ARM, "a", other, 60).record_id == record_id
+    assert store.claims.claim_candidate(ARM, "a", other, 60, take_measured=True).owner == other
+    assert not store.claims.release_claim(ARM, "b", other)
+    assert store.claims.release_claim(ARM, "b", owner)
+    assert store.claims.claim_of(ARM, "b") is None
+    assert store.claims.release_claims(owner) == 1  # "c"; "a" is the other's now
+    assert [c.candidate_key for c in store.claims.list_claims()] == ["a"]
+    assert len(store.claims.list_claims(live_only=False)) == 1
     # pruning the record a finished claim points at removes the claim with it
-    assert store.finish_claim(ARM, "a", other, record_id)
-    store.prune_records(created_before=time.time() + 60)
-    assert store.claim_of(ARM, "a") is None
+    assert store.claims.finish_claim(ARM, "a", other, record_id)
+    store.bulk.prune_records(created_before=time.time() + 60)
+    assert store.claims.claim_of(ARM, "a") is None
 
 
 def test_read_only_store_refuses_claims(store, store_url):
     reader = open_history(store_url, read_only=True)
     try:
         with pytest.raises(HistoryError, match="read-only"):
-            reader.claim_candidate(ARM, "x", ClaimOwner.this_process(), 10)
-        assert reader.list_claims() == []
+            reader.claims.claim_candidate(ARM, "x", ClaimOwner.this_process(), 10)
+        assert reader.claims.list_claims() == []
     finally:
         reader.close()
 
@@ -290,7 +292,7 @@ def _claimer(url: str, barrier, queue) -> None:
     db = open_history(url)
     owner = ClaimOwner.this_process()
     barrier.wait()
-    won = [key for key in (f"k{i}" for i in range(CLAIM_KEYS)) if db.claim_candidate(ARM, key, owner, 60).owner == owner]
+    won = [key for key in (f"k{i}" for i in range(CLAIM_KEYS)) if db.claims.claim_candidate(ARM, key, owner, 60).owner == owner]
     queue.put((owner.run, won))
     db.close()
 
@@ -307,7 +309,7 @@ def test_processes_racing_for_claims_each_win_different_candidates(store, store_
     assert [proc.exitcode for proc in procs] == [0] * CLAIMERS
     won = [key for _run, keys in results for key in keys]
     assert sorted(won) == sorted(f"k{i}" for i in range(CLAIM_KEYS))  # every key exactly once
-    owners = {c.candidate_key: c.owner.run for c in store.list_claims()}
+    owners = {c.candidate_key: c.owner.run for c in store.claims.list_claims()}
     assert all(owners[key] == run for run, keys in results for key in keys)
 
 
@@ -315,8 +317,8 @@ def _holder(url: str, lease: float, ready) -> None:
     """Claims two candidates, then hangs until killed (a tuner that died mid-measurement)."""
     db = open_history(url)
     owner = ClaimOwner.this_process()
-    db.claim_candidate(ARM, "held-1", owner, lease)
-    db.claim_candidate(ARM, "held-2", owner, lease)
+    db.claims.claim_candidate(ARM, "held-1", owner, lease)
+    db.claims.claim_candidate(ARM, "held-2", owner, lease)
     ready.set()
     time.sleep(600)
 
@@ -329,12 +331,12 @@ def test_claims_of_a_killed_process_expire_and_are_taken_over(store, store_url):
     try:
         assert ready.wait(120)
         me = ClaimOwner.this_process()
-        assert store.claim_candidate(ARM, "held-1", me, 60).owner.pid == proc.pid  # live: refused
+        assert store.claims.claim_candidate(ARM, "held-1", me, 60).owner.pid == proc.pid  # live: refused
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(30)
         deadline = time.monotonic() + 30
         for key in ("held-1", "held-2"):
-            while store.claim_candidate(ARM, key, me, 60).owner != me:
+            while store.claims.claim_candidate(ARM, key, me, 60).owner != me:
                 assert time.monotonic() < deadline, "the dead process's claim never expired"
                 time.sleep(0.2)
     finally:

@@ -15,7 +15,7 @@ from conftest import run_cli
 from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.search.suggest import _replay_windows, sampling_ratio, settings_by_operator, suggest_settings
-from edgetune.search.strategy import AdaptiveSearch, SearchReport
+from edgetune.search.strategy import AdaptiveSearch, SearchReport, SearchSettings
 from edgetune.search.sampling import KMeansSampler
 from edgetune.costmodel.surrogate import CandidateFeatures
 from test_warmstart import TARGET, add, candidates, matmul
@@ -123,7 +123,7 @@ def test_replay_recomputes_the_features_the_sampler_saw(real_history):
     with sqlite3.connect(real_history["path"]) as conn:  # the matmul(32) rows in committed order
         ids = [row[0] for row in conn.execute("select id from records where workload_id = 2 order by created_at, id")]
     history = open_history(real_history["path"], read_only=True)
-    records = history.records_by_id(ids)
+    records = history.bulk.records_by_id(ids)
     assert len(records) == 16 and records[0].workload.mod.script() == matmul(32).script()
     windows = _replay_windows(records, [1e-3] * len(records), 8)
     expected = features_of(matmul(32), real_history["matmul32"], 8)
@@ -194,8 +194,9 @@ def test_each_task_gets_its_own_types_settings():
     load_tensor_intrinsics(TARGET)
     report = SearchReport()
     strategy = AdaptiveSearch(
-        population_size=16, init_min_unmeasured=8, early_stop="adaptive", sampler="kmeans",
-        kmeans_distance_ratio=0.3, exploration="fixed", suggested=SUGGESTED, report=report,
+        SearchSettings(population_size=16, init_min_unmeasured=8, early_stop="adaptive", sampler="kmeans",
+                       kmeans_distance_ratio=0.3, exploration="fixed"),
+        suggested=SUGGESTED, report=report,
     )
     start_task(strategy, matmul(64), "mm")
     start_task(strategy, add(64), "add")
@@ -209,13 +210,13 @@ def test_each_task_gets_its_own_types_settings():
         "early_stop_initial": 32, "max_trials": None, "kmeans_distance_ratio": 0.3,
     }
     # a ratio of 0 (no ratio was safe) turns sampling off for that type
-    off = AdaptiveSearch(population_size=16, init_min_unmeasured=8, exploration="fixed", report=SearchReport(),
+    off = AdaptiveSearch(SearchSettings(population_size=16, init_min_unmeasured=8, exploration="fixed"), report=SearchReport(),
                          suggested={("D",): {"max_trials": 24, "kmeans_distance_ratio": 0.0}})
     start_task(off, add(64), "add")
     assert off.report.suggested["add"]["kmeans_distance_ratio"] is None
     assert off.report.suggested["add"]["early_stop_initial"] == 24
     # without suggestions nothing is recorded
-    plain = AdaptiveSearch(population_size=16, init_min_unmeasured=8, exploration="fixed", report=SearchReport())
+    plain = AdaptiveSearch(SearchSettings(population_size=16, init_min_unmeasured=8, exploration="fixed"), report=SearchReport())
     start_task(plain, add(64), "add")
     assert plain.report.suggested == {}
 
@@ -224,7 +225,7 @@ def test_fixed_early_stop_gets_a_hard_cap_per_type():
     load_tensor_intrinsics(TARGET)
     report = SearchReport()
     strategy = AdaptiveSearch(
-        population_size=16, init_min_unmeasured=8, early_stop="none", sampler="none", exploration="fixed",
+        SearchSettings(population_size=16, init_min_unmeasured=8, early_stop="none", sampler="none", exploration="fixed"),
         suggested={("C",): {"max_trials": 12, "kmeans_distance_ratio": None}}, report=report,
     )
     context = start_task(strategy, matmul(32), "mm")

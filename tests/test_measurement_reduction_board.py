@@ -128,7 +128,7 @@ def test_surrogate_and_strategy_on_a_real_tune_context():
     from tvm import te
 
     from edgetune.builder.intrinsics import load_tensor_intrinsics
-    from edgetune.search.strategy import AdaptiveSearch, SearchReport
+    from edgetune.search.strategy import AdaptiveSearch, SearchReport, SearchSettings
     from edgetune.costmodel.surrogate import RandomForestModel
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -141,8 +141,8 @@ def test_surrogate_and_strategy_on_a_real_tune_context():
     model = RandomForestModel(num_warmup_samples=2, seed=0)  # K-means + early stop may measure few
     report = SearchReport()
     strategy = AdaptiveSearch(
-        population_size=64, init_min_unmeasured=16, sampler="kmeans", early_stop="adaptive",
-        exploration="contextual", surrogate=model, expected_trials_per_task=32, seed=0, report=report,
+        SearchSettings(population_size=64, init_min_unmeasured=16, sampler="kmeans", early_stop="adaptive", exploration="contextual", seed=0),
+        surrogate=model, expected_trials_per_task=32, report=report,
     )
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy, task_name="mm", num_threads=2)
     # the context holds a clone: drive it through MetaSchedule's own hooks

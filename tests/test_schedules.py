@@ -247,6 +247,17 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
     again, _ = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=3, work_dir=tmp_path / "runs",
                              tracker=tracker, key=loopback_board.key, say=lambda _m: None)
     assert again[0].trials_this_run == 0 and again[0].in_history_before == 3 * built[0].tasks
+    # a per-task budget counts what the history holds: a resumed run with trials to spare gives no task more
+    # (a build's tasks that ended early used to hand their share to the full ones on every rerun)
+    from edgetune.tuning import TuneOptions, run_tune
+
+    capped = profile.with_overrides(tuning={"max_trials_per_task": 3, "early_stop": "none", "schedules": "off"})
+    more = run_tune(TuneOptions(profile=capped, model="demo:tiny-cnn", out_dir=tmp_path / "more", db=db, evaluate=False,
+                                tracker=tracker, key=loopback_board.key, trials=3 * built[0].tasks + 6))
+    assert any(t.trials_before >= 3 for t in more.tasks)  # so the check below can fail
+    for task in more.tasks:
+        assert task.trial_cap == max(0, 3 - task.trials_before) and task.trials_this_run <= task.trial_cap, task
+    assert more.trials.this_run < 6  # the spare trials went nowhere
 
 
 def test_schedules_build_tunes_without_early_stop_or_a_library(tmp_path, monkeypatch) -> None:

@@ -9,7 +9,7 @@ from tvm import te
 
 from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.history import open_history
-from edgetune.history.warmstart import warm_start
+from edgetune.costmodel.warmstart import warm_start
 from edgetune.tasks.signature import operator_signature
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})

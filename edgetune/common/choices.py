@@ -36,7 +36,7 @@ SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 #: Task schedulers: MetaSchedule's own two, then edgetune's (search.scheduler).
 STOCK_SCHEDULERS = ("gradient", "round-robin")
 TASK_SCHEDULERS = (*STOCK_SCHEDULERS, "ucb", "epsilon-greedy", "softmax")
-#: Which history records train the cost model before tuning (history.warmstart).
+#: Which history records train the cost model before tuning (costmodel.warmstart).
 WARM_START_SCOPES = ("same", "auto", "similar")
 #: ``--warm-start``: off, or one of the scopes.
 WARM_START_MODES = ("off", *WARM_START_SCOPES)

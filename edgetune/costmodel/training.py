@@ -93,11 +93,11 @@ def load_corpus(urls: list[str], *, max_records_per_task: int = 512) -> Corpus:
         try:
             corpus.histories.append(store.url)
             groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
-            for summary in store.record_summaries():
+            for summary in store.bulk.record_summaries():
                 groups[(summary.workload.shash, summary.target_json)].append(summary)
             for (_, target_json), summaries in groups.items():
                 summaries = summaries[-max_records_per_task:]
-                records = store.records_by_id([s.id for s in summaries])
+                records = store.bulk.records_by_id([s.id for s in summaries])
                 target = Target(json.loads(target_json))
                 load_tensor_intrinsics(target)  # only the target's family: TVM's full set takes 12-45 s to import
                 context = TuneContext(mod=summaries[0].workload.workload.mod, target=target, task_name="pretrain")

@@ -12,6 +12,8 @@ from edgetune.history.maintenance import (
 from edgetune.history.migrate import UpgradeResult, upgrade_history
 from edgetune.history.schema import SCHEMA_VERSION
 from edgetune.history.store import (
+    BulkStore,
+    ClaimStore,
     DedupeResult,
     HistoryStore,
     ImportResult,
@@ -23,6 +25,8 @@ from edgetune.history.store import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BulkStore",
+    "ClaimStore",
     "DedupeResult",
     "GroupStats",
     "HistoryDatabase",

@@ -139,7 +139,7 @@ def connect_engine(url_or_path: str, *, must_exist: bool = False) -> tuple[Engin
 
 
 @derived_object
-class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryStore):
+class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
     """MetaSchedule database over SQL tables; see :func:`open_history`.
 
     Stock MetaSchedule databases ignore the target when they pick a best record,
@@ -149,6 +149,10 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
     ``get_all_tuning_records`` and ``len()`` (and hence ``query_schedule`` and
     ``compile_relax``) see one target's records only. There is no mode to
     switch: the history never changes what it returns.
+
+    Storage is composed, not inherited: :attr:`claims` (:class:`SqlClaims`) and
+    :attr:`bulk` (:class:`SqlOperations`) work on the same tables through this
+    handle's engine, and :class:`TargetView` wraps it for MetaSchedule.
     """
 
     def __init__(self, url_or_path: str, *, board_id: str = "", read_only: bool = False) -> None:
@@ -165,6 +169,9 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
             int, tuple[tuple[str | None, str | None], TuningRecord]
         ] = {}
         self._engine: Engine | None = _create_engine(url, name, read_only)
+        # composed, not inherited: each part reaches the tables through this handle's engine access
+        self.claims = SqlClaims(self)
+        self.bulk = SqlOperations(self)
         try:
             self._open_tables()
         except HistoryError:
@@ -405,6 +412,24 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
             result.append(cached[1])
         return result
 
+    def commit_served(self, record: TuningRecord) -> int:
+        """Store a candidate served from the history; a row for it under any board is kept as it is."""
+        trace_json, _run_secs, target_cfg, _args = record.as_json()
+        with self._access("commit a served candidate", write=True) as engine:
+            entry = self._commit(engine, record.workload)
+            with engine.connect() as conn:
+                existing = conn.execute(
+                    sa.select(records.c.id)
+                    .where(
+                        records.c.workload_id.in_(entry.ids),
+                        records.c.target_hash == sha256(canonical(target_cfg)),
+                        records.c.candidate_hash == sha256(canonical(trace_json)),
+                    )
+                    .order_by(records.c.id)
+                    .limit(1)
+                ).scalar_one_or_none()
+        return int(existing) if existing is not None else self._commit_record(record, None)
+
     def _commit_record(self, record: TuningRecord, error: str | None, board: str | None = None) -> int:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
         failed = error is not None or is_failed(run_secs)
@@ -560,7 +585,7 @@ class HistoryDatabase(ms.database.PyDatabase, SqlOperations, SqlClaims, HistoryS
         """Successful records measured on ``target``, newest first, with their board id.
 
         What a cost model can be trained on before tuning (see
-        :mod:`edgetune.history.warmstart`); ignores the target filter.
+        :mod:`edgetune.costmodel.warmstart`); ignores the target filter.
         """
         stmt = (
             sa.select(*RECORD_COLUMNS, records.c.board_id)

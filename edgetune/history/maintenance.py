@@ -134,7 +134,7 @@ def history_stats(db: HistoryStore) -> list[GroupStats]:
             last=group.last,
             boards=group.boards,
         )
-        for group in db.record_groups()
+        for group in db.bulk.record_groups()
     ]
     result.sort(key=lambda g: (g.task, g.args, g.target, g.workload_ids))
     return result
@@ -152,7 +152,7 @@ def dedupe(db: HistoryStore, by: str = "date", *, dry_run: bool = False) -> Dedu
     """
     if by not in DEDUPE_METHODS:
         raise HistoryError(f"dedupe by '{by}': use 'date' or 'average'")
-    return db.dedupe_records(by, dry_run=dry_run)
+    return db.bulk.dedupe_records(by, dry_run=dry_run)
 
 
 # ------------------------------------------------------------------------- prune
@@ -179,7 +179,7 @@ def prune(
     if older_than_days is not None and older_than_days < 0:
         raise HistoryError(f"--older-than must be >= 0 days, got {older_than_days}")
     cutoff = None if older_than_days is None else time.time() - older_than_days * 86400.0
-    return db.prune_records(failed=failed, created_before=cutoff, keep_top=keep_top, dry_run=dry_run)
+    return db.bulk.prune_records(failed=failed, created_before=cutoff, keep_top=keep_top, dry_run=dry_run)
 
 
 # ------------------------------------------------------------------ export/import
@@ -202,7 +202,7 @@ def export_history(db: HistoryStore, path: str | os.PathLike[str]) -> tuple[int,
     and renamed, so an interrupted export never leaves half a file.
     """
     path = Path(path)
-    workload_rows, record_rows = db.export_rows()
+    workload_rows, record_rows = db.bulk.export_rows()
     header = {
         "format": EXPORT_FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -274,7 +274,7 @@ def import_history(db: HistoryStore, path: str | os.PathLike[str]) -> ImportResu
         return _import_tvm_json(db, path if path.is_dir() else path.parent)
     if not path.is_file():
         raise HistoryError(f"{path}: no such export file")
-    return db.import_rows((f"{path}:{number}", obj) for number, obj in _read_export(path))
+    return db.bulk.import_rows((f"{path}:{number}", obj) for number, obj in _read_export(path))
 
 
 def _import_tvm_json(db: HistoryStore, directory: Path) -> ImportResult:

@@ -9,7 +9,7 @@ the tuner's: hosts sharing a PostgreSQL history need not agree on the time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -18,12 +18,7 @@ from tvm.target import Target
 from edgetune.errors import HistoryError
 from edgetune.history.schema import claims
 from edgetune.history.sql import insert_statement, sha256, target_json
-from edgetune.history.store import Claim, ClaimOwner
-
-if TYPE_CHECKING:  # the mixin's host class provides these
-    from contextlib import AbstractContextManager
-
-    from sqlalchemy.engine import Engine
+from edgetune.history.store import Claim, ClaimOwner, ClaimStore
 
 _COLUMNS = (
     claims.c.target_hash, claims.c.candidate_key, claims.c.owner_host, claims.c.owner_pid,
@@ -60,19 +55,22 @@ def _owned(owner: ClaimOwner) -> Any:
     return sa.and_(claims.c.owner_run == owner.run, claims.c.record_id.is_(None))
 
 
-class SqlClaims:
-    """Claim, renew, finish and release leases on candidates."""
+class SqlClaims(ClaimStore):
+    """Claim, renew, finish and release leases on candidates, in the history's ``claims`` table.
 
-    if TYPE_CHECKING:
+    Composed into a :class:`~edgetune.history.database.HistoryDatabase` (its
+    ``claims``), whose engine access (``core._access``) it uses.
+    """
 
-        def _access(self, action: str, *, write: bool = False) -> AbstractContextManager[Engine]: ...
+    def __init__(self, core: Any) -> None:
+        self._core = core
 
     def claim_candidate(
         self, target: Target, candidate_key: str, owner: ClaimOwner, lease_sec: float, *, take_measured: bool = False
     ) -> Claim:
         if lease_sec <= 0:
             raise HistoryError(f"a claim's lease must be > 0 s, got {lease_sec!r}")
-        with self._access("claim a candidate", write=True) as engine:
+        with self._core._access("claim a candidate", write=True) as engine:
             for _attempt in range(5):
                 with engine.begin() as conn:
                     now = _now(conn)
@@ -97,33 +95,33 @@ class SqlClaims:
             raise HistoryError(f"{candidate_key}: claim kept vanishing while being read")
 
     def claim_of(self, target: Target, candidate_key: str) -> Claim | None:
-        with self._access("read claims") as engine, engine.connect() as conn:
+        with self._core._access("read claims") as engine, engine.connect() as conn:
             row = conn.execute(_select(conn).where(*_key(target, candidate_key))).first()
             return None if row is None else _claim(row)
 
     def renew_claims(self, owner: ClaimOwner, lease_sec: float) -> int:
-        with self._access("renew claims", write=True) as engine, engine.begin() as conn:
+        with self._core._access("renew claims", write=True) as engine, engine.begin() as conn:
             return conn.execute(
                 claims.update().where(_owned(owner)).values(expires_at=_now(conn) + lease_sec)
             ).rowcount
 
     def finish_claim(self, target: Target, candidate_key: str, owner: ClaimOwner, record_id: int) -> bool:
-        with self._access("finish a claim", write=True) as engine, engine.begin() as conn:
+        with self._core._access("finish a claim", write=True) as engine, engine.begin() as conn:
             done = conn.execute(
                 claims.update().where(*_key(target, candidate_key), _owned(owner)).values(record_id=record_id)
             ).rowcount
             return bool(done)
 
     def release_claim(self, target: Target, candidate_key: str, owner: ClaimOwner) -> bool:
-        with self._access("release a claim", write=True) as engine, engine.begin() as conn:
+        with self._core._access("release a claim", write=True) as engine, engine.begin() as conn:
             return bool(conn.execute(claims.delete().where(*_key(target, candidate_key), _owned(owner))).rowcount)
 
     def release_claims(self, owner: ClaimOwner) -> int:
-        with self._access("release claims", write=True) as engine, engine.begin() as conn:
+        with self._core._access("release claims", write=True) as engine, engine.begin() as conn:
             return conn.execute(claims.delete().where(_owned(owner))).rowcount
 
     def list_claims(self, *, live_only: bool = True) -> list[Claim]:
-        with self._access("read claims") as engine, engine.connect() as conn:
+        with self._core._access("read claims") as engine, engine.connect() as conn:
             stmt = _select(conn).order_by(claims.c.claimed_at, claims.c.candidate_key)
             if live_only:
                 stmt = stmt.where(claims.c.record_id.is_(None), claims.c.expires_at >= _now(conn))

@@ -29,6 +29,7 @@ from edgetune.history.store import (
     RECORD_FIELDS,
     WORKLOAD_FIELDS,
     BoardWorkloadSummary,
+    BulkStore,
     DedupeResult,
     ImportResult,
     PruneResult,
@@ -37,10 +38,9 @@ from edgetune.history.store import (
     StoredWorkload,
 )
 
-if TYPE_CHECKING:  # the mixin's host class provides these
-    from contextlib import AbstractContextManager
+if TYPE_CHECKING:
 
-    from sqlalchemy.engine import Engine, Row
+    from sqlalchemy.engine import Row
 
 #: Columns an import replaces when the file holds a newer measurement: all but
 #: those identifying the candidate (target, trace).
@@ -67,27 +67,24 @@ def _delete_records(conn: Connection, ids: list[int]) -> None:
         conn.execute(records.delete().where(records.c.id.in_(chunk)))
 
 
-class SqlOperations:
-    """Bulk reads and maintenance writes over the history tables."""
+class SqlOperations(BulkStore):
+    """Bulk reads and maintenance writes over the history tables.
 
-    if TYPE_CHECKING:
+    Composed into a :class:`~edgetune.history.database.HistoryDatabase` (its
+    ``bulk``), whose engine access and workload cache (``core``) it uses.
+    """
 
-        def _access(self, action: str, *, write: bool = False) -> AbstractContextManager[Engine]: ...
-        def _write_transaction(self, action: str) -> AbstractContextManager[Connection]: ...
-        def _entries(self, conn: Connection, ids: Iterable[int]) -> dict[int, StoredWorkload]: ...
-        def _all_workloads(self, conn: Connection) -> dict[int, StoredWorkload]: ...
-        def _find(self, conn: Connection, workload: Any) -> StoredWorkload | None: ...
-        def _insert_workload(self, conn: Connection, mod: Any, mod_json: str, created_at: float) -> StoredWorkload: ...
-        def _to_records(self, conn: Connection, rows: Any) -> list[TuningRecord]: ...
+    def __init__(self, core: Any) -> None:
+        self._core = core
 
     # ---------------------------------------------------------------- reading
 
     def workloads(self, ids: Iterable[int] | None = None) -> dict[int, StoredWorkload]:
-        with self._access("read workloads") as engine, engine.connect() as conn:
+        with self._core._access("read workloads") as engine, engine.connect() as conn:
             if ids is None:
-                return dict(self._all_workloads(conn))
+                return dict(self._core._all_workloads(conn))
             wanted = set(ids)
-            entries = self._entries(conn, wanted)
+            entries = self._core._entries(conn, wanted)
             return {row_id: entries[row_id] for row_id in wanted if row_id in entries}
 
     def board_summaries(self) -> list[BoardWorkloadSummary]:
@@ -96,7 +93,7 @@ class SqlOperations:
             records.c.board_id, records.c.workload_id, sa.func.count(), sa.func.sum(ok),
             sa.func.min(records.c.mean_run_sec), sa.func.max(records.c.created_at),
         ).group_by(records.c.board_id, records.c.workload_id)
-        with self._access("read tuning records") as engine, engine.connect() as conn:
+        with self._core._access("read tuning records") as engine, engine.connect() as conn:
             rows = conn.execute(stmt).all()
         return [
             BoardWorkloadSummary(str(board), int(wid), int(count), int(good or 0), None if best is None else float(best), float(last))
@@ -119,10 +116,10 @@ class SqlOperations:
             sa.func.max(records.c.created_at).label("last"),
         ).group_by(records.c.workload_id, records.c.target_hash)
         boards_stmt = sa.select(records.c.workload_id, records.c.target_hash, records.c.board_id).distinct()
-        with self._access("read tuning records") as engine, engine.connect() as conn:
+        with self._core._access("read tuning records") as engine, engine.connect() as conn:
             rows = conn.execute(stmt).all()
             board_rows = conn.execute(boards_stmt).all()
-            entries = self._entries(conn, {row.workload_id for row in rows})
+            entries = self._core._entries(conn, {row.workload_id for row in rows})
         boards: dict[tuple[int, str], set[str]] = defaultdict(set)
         for row in board_rows:
             boards[(id(entries[row.workload_id]), row.target_hash)].add(row.board_id)
@@ -158,9 +155,9 @@ class SqlOperations:
         ).order_by(records.c.created_at, records.c.id)
         if target is not None:
             stmt = stmt.where(records.c.target_hash == sha256(target_json(target)))
-        with self._access("read tuning records") as engine, engine.connect() as conn:
+        with self._core._access("read tuning records") as engine, engine.connect() as conn:
             rows = conn.execute(stmt).all()
-            entries = self._entries(conn, {row.workload_id for row in rows})
+            entries = self._core._entries(conn, {row.workload_id for row in rows})
         return [
             RecordSummary(
                 id=row.id, workload=entries[row.workload_id], target_json=row.target_json,
@@ -170,7 +167,7 @@ class SqlOperations:
         ]
 
     def records_by_id(self, record_ids: list[int]) -> list[TuningRecord]:
-        with self._access("read tuning records") as engine, engine.connect() as conn:
+        with self._core._access("read tuning records") as engine, engine.connect() as conn:
             rows: dict[int, Row] = {}
             for start in range(0, len(record_ids), _DELETE_CHUNK):
                 chunk = record_ids[start : start + _DELETE_CHUNK]
@@ -178,16 +175,16 @@ class SqlOperations:
                 rows.update((row.id, row) for row in conn.execute(stmt).all())
             missing = [i for i in record_ids if i not in rows]
             if missing:
-                raise HistoryError(f"{self.url}: no record with id {missing[0]}")  # type: ignore[attr-defined]
-            return self._to_records(conn, [rows[i] for i in record_ids])
+                raise HistoryError(f"{self._core.url}: no record with id {missing[0]}")  # type: ignore[attr-defined]
+            return self._core._to_records(conn, [rows[i] for i in record_ids])
 
     # ----------------------------------------------------------- maintenance
 
     def dedupe_records(self, by: str, *, dry_run: bool = False) -> DedupeResult:
         if by not in DEDUPE_METHODS:
             raise HistoryError(f"dedupe by '{by}': use 'date' or 'average'")
-        with self._write_transaction("dedupe tuning records") as conn:
-            entries = self._all_workloads(conn)
+        with self._core._write_transaction("dedupe tuning records") as conn:
+            entries = self._core._all_workloads(conn)
             # duplicates: one candidate under several rows of a workload, or measured by several boards
             repeated = (
                 sa.select(records.c.workload_id, records.c.target_hash, records.c.candidate_hash)
@@ -236,7 +233,7 @@ class SqlOperations:
         if keep_top is not None and keep_top < 0:
             raise HistoryError(f"keep_top must be >= 0, got {keep_top}")
         result = PruneResult(dry_run=dry_run)
-        with self._write_transaction("prune tuning records") as conn:
+        with self._core._write_transaction("prune tuning records") as conn:
             doomed: set[int] = set()
             if failed:
                 ids = conn.execute(sa.select(records.c.id).where(records.c.error.is_not(None))).scalars().all()
@@ -249,7 +246,7 @@ class SqlOperations:
                 result.older = len(ids)
                 doomed.update(ids)
             if keep_top is not None:
-                entries = self._all_workloads(conn)
+                entries = self._core._all_workloads(conn)
                 rows = conn.execute(
                     sa.select(records.c.id, records.c.workload_id, records.c.target_hash)
                     .where(records.c.mean_run_sec.is_not(None))
@@ -270,7 +267,7 @@ class SqlOperations:
         return result
 
     def export_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        with self._access("export tuning records") as engine, engine.connect() as conn:
+        with self._core._access("export tuning records") as engine, engine.connect() as conn:
             workload_rows = conn.execute(
                 sa.select(workloads.c.id, *(workloads.c[name] for name in WORKLOAD_FIELDS)).order_by(workloads.c.id)
             ).all()
@@ -283,7 +280,7 @@ class SqlOperations:
 
     def import_rows(self, lines: Iterable[tuple[str, dict[str, Any]]]) -> ImportResult:
         result = ImportResult()
-        with self._write_transaction("import tuning records") as conn:
+        with self._core._write_transaction("import tuning records") as conn:
             known: dict[int, StoredWorkload] = {}
             for where, obj in lines:
                 try:
@@ -308,11 +305,11 @@ class SqlOperations:
 
     def _import_workload(self, conn: Connection, obj: dict[str, Any], result: ImportResult) -> StoredWorkload:
         mod = tvm.ir.load_json(obj["mod_json"])
-        entry = self._find(conn, mod)
+        entry = self._core._find(conn, mod)
         if entry is not None:
             return entry
         result.workloads_added += 1
-        return self._insert_workload(conn, mod, obj["mod_json"], float(obj["created_at"]))
+        return self._core._insert_workload(conn, mod, obj["mod_json"], float(obj["created_at"]))
 
 
 def _average_into(conn: Connection, keep: Any, dups: list[Any]) -> None:

@@ -162,108 +162,12 @@ class Claim:
         return self.record_id is None and not self.expired
 
 
-class HistoryStore(abc.ABC):
-    """A tuning history's operations, independent of where its rows live.
+class ClaimStore(abc.ABC):
+    """Leases on candidates, so that several tuners sharing one history never measure one at once.
 
-    Every method raises :class:`~edgetune.errors.HistoryError` (one line) on a
-    storage failure, and on a write to a history opened read-only. Writes that
-    change several rows (dedupe, prune, import) are one transaction each: they
-    happen wholly or not at all, also when another process writes meanwhile.
+    A :class:`HistoryStore`'s ``claims``. Every method raises
+    :class:`~edgetune.errors.HistoryError` (one line) on a storage failure.
     """
-
-    # -- identity
-
-    @property
-    @abc.abstractmethod
-    def url(self) -> str:
-        """Where the history lives, password masked."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release connections; the store cannot be used afterwards."""
-
-    # -- reading (warm start, suggest, stats)
-
-    @abc.abstractmethod
-    def workloads(self, ids: Iterable[int] | None = None) -> dict[int, StoredWorkload]:
-        """Workloads by row id (all rows, or those of ``ids``); rows of one workload share one entry."""
-
-    @abc.abstractmethod
-    def record_groups(self) -> list[RecordGroup]:
-        """Per workload and target: counts, best, first/last time and boards."""
-
-    @abc.abstractmethod
-    def board_summaries(self) -> list[BoardWorkloadSummary]:
-        """Per board and workload row: records, successful ones, best mean run time and last time (``boards status``)."""
-
-    @abc.abstractmethod
-    def record_summaries(self, target: Target | None = None) -> list[RecordSummary]:
-        """Every record (of ``target``, or all), in the order they were measured."""
-
-    @abc.abstractmethod
-    def records_by_id(self, record_ids: list[int]) -> list[TuningRecord]:
-        """TuningRecords in the order of ``record_ids``; failed ones carry TVM's failure stub."""
-
-    @abc.abstractmethod
-    def successful_records(self, target: Target, *, limit: int = 5000) -> list[tuple[TuningRecord, str]]:
-        """Successful records on ``target``, newest first, each with the board that measured it."""
-
-    @abc.abstractmethod
-    def count_records(
-        self, workload: Workload | IRModule | None = None, target: Target | None = None, successful_only: bool = False
-    ) -> int:
-        """How many records (of a workload, of a target, successful only)."""
-
-    @abc.abstractmethod
-    def has_candidate(self, workload: Workload | IRModule, target: Target, trace: Trace) -> bool:
-        """Whether this exact trace was measured on ``target`` (failed or not)."""
-
-    @abc.abstractmethod
-    def best_record(self, workload: Workload | IRModule, target: Target) -> TuningRecord | None:
-        """The fastest successful record of ``workload`` on ``target``."""
-
-    # -- maintenance (writes)
-
-    @abc.abstractmethod
-    def dedupe_records(self, by: str, *, dry_run: bool = False) -> DedupeResult:
-        """Keep one record per (workload, target, trace): the newest (``"date"``) or their average."""
-
-    @abc.abstractmethod
-    def prune_records(
-        self,
-        *,
-        failed: bool = False,
-        created_before: float | None = None,
-        keep_top: int | None = None,
-        dry_run: bool = False,
-    ) -> PruneResult:
-        """Delete failed records, records older than a Unix time, and successful ones beyond the top K."""
-
-    @abc.abstractmethod
-    def export_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Every workload row and record as plain dicts (``WORKLOAD_FIELDS``/``RECORD_FIELDS`` plus ids)."""
-
-    @abc.abstractmethod
-    def import_rows(self, lines: Iterable[tuple[str, dict[str, Any]]]) -> ImportResult:
-        """Merge exported rows (``(where, row)``; ``row["type"]`` is ``workload`` or ``record``).
-
-        Workloads are matched structurally; a record already stored is skipped,
-        or updated when the line holds a newer measurement of it. ``where`` names
-        the line in errors. One transaction: a bad line imports nothing.
-        """
-
-    @abc.abstractmethod
-    def commit_tuning_record(self, record: TuningRecord) -> None:
-        """Store a measurement (a re-measured candidate keeps one row, with the newest result)."""
-
-    @abc.abstractmethod
-    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> int:
-        """Store a measurement, failed when ``error`` is given, and which board of several made it; its record id.
-
-        One row per (candidate, board): two boards' results for one candidate are both kept.
-        """
-
-    # -- claims (several tuners sharing one history)
 
     @abc.abstractmethod
     def claim_candidate(
@@ -299,3 +203,134 @@ class HistoryStore(abc.ABC):
     @abc.abstractmethod
     def list_claims(self, *, live_only: bool = True) -> list[Claim]:
         """Claims, oldest first: the live ones, or all (measured and expired too)."""
+
+
+class BulkStore(abc.ABC):
+    """Whole-history reads (stats, suggestions, cost-model training) and maintenance writes.
+
+    A :class:`HistoryStore`'s ``bulk``. Every method raises
+    :class:`~edgetune.errors.HistoryError` (one line) on a storage failure, and
+    on a write to a history opened read-only. Writes that change several rows
+    (dedupe, prune, import) are one transaction each: they happen wholly or not
+    at all, also when another process writes meanwhile.
+    """
+
+    # -- reading
+
+    @abc.abstractmethod
+    def workloads(self, ids: Iterable[int] | None = None) -> dict[int, StoredWorkload]:
+        """Workloads by row id (all rows, or those of ``ids``); rows of one workload share one entry."""
+
+    @abc.abstractmethod
+    def record_groups(self) -> list[RecordGroup]:
+        """Per workload and target: counts, best, first/last time and boards."""
+
+    @abc.abstractmethod
+    def board_summaries(self) -> list[BoardWorkloadSummary]:
+        """Per board and workload row: records, successful ones, best mean run time and last time (``boards status``)."""
+
+    @abc.abstractmethod
+    def record_summaries(self, target: Target | None = None) -> list[RecordSummary]:
+        """Every record (of ``target``, or all), in the order they were measured."""
+
+    @abc.abstractmethod
+    def records_by_id(self, record_ids: list[int]) -> list[TuningRecord]:
+        """TuningRecords in the order of ``record_ids``; failed ones carry TVM's failure stub."""
+
+    # -- maintenance (writes)
+
+    @abc.abstractmethod
+    def dedupe_records(self, by: str, *, dry_run: bool = False) -> DedupeResult:
+        """Keep one record per (workload, target, trace): the newest (``"date"``) or their average."""
+
+    @abc.abstractmethod
+    def prune_records(
+        self,
+        *,
+        failed: bool = False,
+        created_before: float | None = None,
+        keep_top: int | None = None,
+        dry_run: bool = False,
+    ) -> PruneResult:
+        """Delete failed records, records older than a Unix time, and successful ones beyond the top K."""
+
+    @abc.abstractmethod
+    def export_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every workload row and record as plain dicts (``WORKLOAD_FIELDS``/``RECORD_FIELDS`` plus ids)."""
+
+    @abc.abstractmethod
+    def import_rows(self, lines: Iterable[tuple[str, dict[str, Any]]]) -> ImportResult:
+        """Merge exported rows (``(where, row)``; ``row["type"]`` is ``workload`` or ``record``).
+
+        Workloads are matched structurally; a record already stored is skipped,
+        or updated when the line holds a newer measurement of it. ``where`` names
+        the line in errors. One transaction: a bad line imports nothing.
+        """
+
+
+class HistoryStore(abc.ABC):
+    """A tuning history's records, independent of where its rows live; composed of smaller stores.
+
+    The store reads and commits measurements (what a tuning run needs);
+    :attr:`claims` holds the leases of tuners sharing it and :attr:`bulk` the
+    whole-history reads and maintenance. Every method raises
+    :class:`~edgetune.errors.HistoryError` (one line) on a storage failure, and
+    on a write to a history opened read-only.
+    """
+
+    #: leases on candidates (several tuners sharing one history)
+    claims: ClaimStore
+    #: whole-history reads and maintenance writes
+    bulk: BulkStore
+
+    # -- identity
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """Where the history lives, password masked."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the store cannot be used afterwards."""
+
+    # -- reading (a tuning run)
+
+    @abc.abstractmethod
+    def successful_records(self, target: Target, *, limit: int = 5000) -> list[tuple[TuningRecord, str]]:
+        """Successful records on ``target``, newest first, each with the board that measured it."""
+
+    @abc.abstractmethod
+    def count_records(
+        self, workload: Workload | IRModule | None = None, target: Target | None = None, successful_only: bool = False
+    ) -> int:
+        """How many records (of a workload, of a target, successful only)."""
+
+    @abc.abstractmethod
+    def has_candidate(self, workload: Workload | IRModule, target: Target, trace: Trace) -> bool:
+        """Whether this exact trace was measured on ``target`` (failed or not)."""
+
+    @abc.abstractmethod
+    def best_record(self, workload: Workload | IRModule, target: Target) -> TuningRecord | None:
+        """The fastest successful record of ``workload`` on ``target``."""
+
+    # -- writing
+
+    @abc.abstractmethod
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        """Store a measurement (a re-measured candidate keeps one row, with the newest result)."""
+
+    @abc.abstractmethod
+    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> int:
+        """Store a measurement, failed when ``error`` is given, and which board of several made it; its record id.
+
+        One row per (candidate, board): two boards' results for one candidate are both kept.
+        """
+
+    @abc.abstractmethod
+    def commit_served(self, record: TuningRecord) -> int:
+        """Store a candidate served from the history rather than measured; its record id.
+
+        A row for the same candidate (any board) is kept as it is; only a trace the history
+        does not hold yet (a module stored under another trace) adds a row.
+        """

@@ -83,7 +83,7 @@ def history_status(url: str, key: str | None) -> tuple[str, list[BoardHistory]]:
     try:
         names = {wid: group.task for group in history_stats(history) for wid in group.workload_ids}
         shown = history.url
-        rows = [(s.board_id, s.workload_id, s.count, s.successful, s.best_sec, s.last) for s in history.board_summaries()]
+        rows = [(s.board_id, s.workload_id, s.count, s.successful, s.best_sec, s.last) for s in history.bulk.board_summaries()]
     finally:
         history.close()
     boards: dict[str, BoardHistory] = {}

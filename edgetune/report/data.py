@@ -177,7 +177,7 @@ def _read_history(summary: TuneSummary, url: str | None) -> list[Any]:
 
         history = open_history(url, read_only=True)
         try:
-            records = [r for r in history.record_summaries() if r.workload.shash in hashes]
+            records = [r for r in history.bulk.record_summaries() if r.workload.shash in hashes]
         finally:
             history.close()
     except Exception as error:  # whatever the backend raises: the report goes on without per-task curves

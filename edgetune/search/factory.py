@@ -61,11 +61,10 @@ def make_search_strategy(
     tuning: Any = None,
     surrogate: Any = None,
     expected_trials_per_task: int = 0,
-    report: Any = None,
-    suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
+    limits: Any = None,
     seeds: Any = None,
-    task_caps: dict[str, int] | None = None,
-    measured_outside: dict[str, int] | None = None,
+    suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
+    report: Any = None,
 ) -> Any:
     """A search strategy by name; ``population_size=0`` sizes the evolution to the batch.
 
@@ -78,7 +77,8 @@ def make_search_strategy(
     too: each task's clone applies its own type's entry. Only the evolutionary
     search takes it, and ``seeds`` (candidates transferred from similar
     workloads for each task's first batch, see :mod:`edgetune.search.transfer`)
-    and ``task_caps`` (measured-candidate caps of tasks worth little of the model).
+    and ``limits`` (:class:`~edgetune.search.strategy.TaskLimits`: caps of tasks
+    worth little of the model, and what was measured before the search).
     """
     _check("search_strategy", name, SEARCH_STRATEGIES)
     if name != "evolutionary":
@@ -86,7 +86,7 @@ def make_search_strategy(
     if population_size < 0:
         raise ValueError(f"population_size must be >= 0, got {population_size!r} instead")
     population = population_size or auto_population(num_trials_per_iter)
-    from .strategy import AdaptiveSearch, uses_adaptive_search
+    from .strategy import AdaptiveSearch, SearchSettings, uses_adaptive_search
 
     if suggested is not None and tuning is None:
         raise ValueError("suggested settings need the profile's tuning settings")
@@ -94,40 +94,18 @@ def make_search_strategy(
     # search stays stock MetaSchedule's, as the README promises for fixed/none/xgb
     if tuning is not None and (uses_adaptive_search(tuning) or suggested is not None):
         return AdaptiveSearch(
-            population_size=population,
-            init_min_unmeasured=min(50, population // 2),
-            sampler=tuning.sampler,
-            kmeans_distance_ratio=tuning.kmeans_distance_ratio,
-            early_stop=tuning.early_stop,
-            early_stop_params=early_stop_params(tuning),
-            exploration=tuning.exploration,
+            SearchSettings.from_tuning(tuning, population),
             surrogate=surrogate if tuning.cost_model == "rf" else None,
             expected_trials_per_task=expected_trials_per_task,
-            seed=tuning.seed,
-            report=report,
-            suggested=suggested,
+            limits=limits,
             seeds=seeds,
-            task_caps=task_caps,
-            measured_outside=measured_outside,
+            suggested=suggested,
+            report=report,
         )
     return ms.search_strategy.EvolutionarySearch(
         population_size=population,
         init_min_unmeasured=min(50, population // 2),
     )
-
-
-def early_stop_params(tuning: Any) -> dict[str, float]:
-    """The early-stop rule's keyword arguments from a profile's ``[tuning]`` settings."""
-    if tuning.early_stop == "fixed":
-        return {"patience": tuning.early_stop_patience}
-    return {
-        "initial": tuning.early_stop_initial,
-        "increment": tuning.early_stop_increment,
-        "decrement": tuning.early_stop_decrement,
-        "flops_ratio": tuning.early_stop_flops_ratio,
-        "min_step": tuning.early_stop_min_step,
-        "max_step": tuning.early_stop_max_step,
-    }
 
 
 def make_task_scheduler(name: str, *, peak_gflops: float | None = None, seed: int = 0, **params: Any) -> Any:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import threading
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
@@ -123,136 +123,247 @@ class SearchReport:
 TRANSFER_ATTEMPTS = 3
 
 
+@dataclass(frozen=True)
+class SearchSettings:
+    """The adaptive search's hyperparameters (a profile's ``[tuning]`` keys, see :meth:`from_tuning`).
+
+    population_size, init_min_unmeasured, eps_greedy:
+        Of the inner ``EvolutionarySearch``; ``eps_greedy`` is its fixed random
+        share, used when exploration is not contextual.
+    sampler, kmeans_distance_ratio:
+        ``"kmeans"`` or ``"none"``, and the sampler's distance threshold
+        (see :class:`~edgetune.search.sampling.KMeansSampler`).
+    early_stop, early_stop_params:
+        ``"adaptive"``, ``"fixed"`` or ``"none"`` and the rule's parameters.
+    exploration, max_exploration:
+        ``"contextual"`` (needs a surrogate with uncertainty) or ``"fixed"``,
+        and the upper bound of the contextual share ``eps_t``.
+    seed:
+        Seed for random candidates and K-means.
+    """
+
+    population_size: int = 512
+    init_min_unmeasured: int = 50
+    eps_greedy: float = 0.05
+    sampler: str = "kmeans"
+    kmeans_distance_ratio: float = 0.3
+    early_stop: str = "adaptive"
+    early_stop_params: Mapping[str, float] = field(default_factory=dict)
+    exploration: str = "contextual"
+    max_exploration: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be 'kmeans' or 'none', got {self.sampler!r} instead")
+        if self.exploration not in ("contextual", "fixed"):
+            raise ValueError(f"exploration must be 'contextual' or 'fixed', got {self.exploration!r} instead")
+        if not 0 <= self.max_exploration <= 1:
+            raise ValueError(f"max_exploration must be within [0, 1], got {self.max_exploration!r} instead")
+        make_early_stop(self.early_stop, **self.early_stop_params)  # validate now, not inside tuning
+
+    @classmethod
+    def from_tuning(cls, tuning: Any, population_size: int) -> SearchSettings:
+        """The settings a profile's ``[tuning]`` section asks for, with an evolution of ``population_size``."""
+        return cls(
+            population_size=population_size,
+            init_min_unmeasured=min(50, population_size // 2),
+            sampler=tuning.sampler,
+            kmeans_distance_ratio=tuning.kmeans_distance_ratio,
+            early_stop=tuning.early_stop,
+            early_stop_params=early_stop_params(tuning),
+            exploration=tuning.exploration,
+            seed=tuning.seed,
+        )
+
+
+def early_stop_params(tuning: Any) -> dict[str, float]:
+    """The early-stop rule's keyword arguments from a profile's ``[tuning]`` settings."""
+    if tuning.early_stop == "fixed":
+        return {"patience": tuning.early_stop_patience}
+    return {
+        "initial": tuning.early_stop_initial,
+        "increment": tuning.early_stop_increment,
+        "decrement": tuning.early_stop_decrement,
+        "flops_ratio": tuning.early_stop_flops_ratio,
+        "min_step": tuning.early_stop_min_step,
+        "max_step": tuning.early_stop_max_step,
+    }
+
+
+class TaskLimits:
+    """Per task: a cap on measured candidates, and how many were measured before its search.
+
+    The tuning loop owns it (:class:`~edgetune.tuning.pipeline.TaskPlan`) and
+    fixes it before the first batch, once each task's default schedule and
+    library schedules are measured; the search only reads it. A task worth
+    little of the model's latency gets a cap, so it does not take slots from
+    the heavy ones; a cap counts the candidates measured before the search too.
+    """
+
+    def __init__(self) -> None:
+        self._caps: dict[str, int] = {}
+        self._before: dict[str, int] = {}
+
+    def set_cap(self, task: str, trials: int) -> None:
+        """At most ``trials`` measured by the search (and before it) this run; the lowest cap set wins."""
+        current = self._caps.get(task)
+        self._caps[task] = int(trials) if current is None else min(current, int(trials))
+
+    def add_measured_before(self, task: str, count: int = 1) -> None:
+        self._before[task] = self._before.get(task, 0) + count
+
+    def cap(self, task: str) -> int | None:
+        return self._caps.get(task)
+
+    def measured_before(self, task: str) -> int:
+        return self._before.get(task, 0)
+
+
+class ContextualExploration:
+    """AdaTune's contextual exploration (§4.2.2): a batch's random share grows with the model's uncertainty.
+
+    ``eps_t = mean sigma / Perf(p*)`` over randomly drawn unmeasured
+    candidates; the batch keeps its best ``(1 - eps_t) b`` and takes
+    ``eps_t b`` random ones. ``surrogate`` is read for its ``predict_mean_std``.
+    """
+
+    def __init__(self, surrogate: Any, max_exploration: float) -> None:
+        self.surrogate = surrogate
+        self.max_exploration = max_exploration
+
+    def mix(self, context: Any, batch: list[Any], randoms: list[Any], task: TaskSearchReport) -> list[Any]:
+        """``batch`` with its worst-ranked share ``eps_t`` replaced by ``randoms``."""
+        if not randoms:
+            return batch
+        _, sigma = mean_std_or_none(self.surrogate, context, randoms)
+        if sigma is None:
+            return batch  # cost model still warming up: its ranking is random anyway
+        # eps_t = mean sigma / Perf(p*); targets are normalised so that Perf(p*) = 1
+        eps = min(self.max_exploration, max(0.0, float(np.mean(sigma))))
+        task.exploration.append(eps)
+        n_random = min(len(randoms), int(round(eps * len(batch))))
+        task.random_candidates += n_random
+        return batch[: len(batch) - n_random] + randoms[:n_random]
+
+
+class TransferredSeeds:
+    """Candidates transferred from similar workloads into a task's first batches (:mod:`edgetune.search.transfer`).
+
+    Tried on each batch until some are found, at most ``TRANSFER_ATTEMPTS``
+    times: MetaSchedule's own schedulers commit a round's results only after
+    every task had its first batch, so the second batch is the first that can
+    see what the other shapes found. ``provider(context, limit)`` gives the
+    candidates; they take up to half of the batch.
+    """
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+        self.done = provider is None
+        self.attempts = 0
+
+    def mix(self, context: Any, batch: list[Any], task: TaskSearchReport) -> list[Any]:
+        if self.done:
+            return batch
+        self.attempts += 1
+        if not batch or self.attempts > TRANSFER_ATTEMPTS:
+            self.done = True
+            return batch
+        seeds = self.provider(context, max(1, len(batch) // 2))
+        if seeds:
+            self.done = True
+            task.transferred += len(seeds)
+        return seeds + batch[: len(batch) - len(seeds)]
+
+
 @derived_object
 class AdaptiveSearch(PySearchStrategy):
     """Evolutionary search plus the measurement-reducing components (see module docstring).
 
     Parameters
     ----------
-    population_size, init_min_unmeasured, eps_greedy:
-        Of the inner ``EvolutionarySearch``; ``eps_greedy`` is its fixed random
-        share, used when exploration is not contextual.
-    sampler:
-        ``"kmeans"`` or ``"none"``.
-    kmeans_distance_ratio:
-        The sampler's distance threshold (see :class:`~edgetune.search.sampling.KMeansSampler`).
-    early_stop, early_stop_params:
-        ``"adaptive"``, ``"fixed"`` or ``"none"`` and the rule's parameters.
-    exploration:
-        ``"contextual"`` (needs ``surrogate``) or ``"fixed"``.
+    settings:
+        The hyperparameters (:class:`SearchSettings`).
     surrogate:
-        The Python cost model object, read for its ``predict_mean_std``.
+        The Python cost model object; contextual exploration reads its
+        uncertainty (without one, exploration stays fixed).
     expected_trials_per_task:
         The task's fair share of the run's budget, where the early stop starts.
-    max_exploration:
-        Upper bound of ``eps_t``.
-    seed:
-        Seed for random candidates and K-means.
-    report:
-        Where per-task reports are collected (shared with clones).
-    task_caps:
-        ``{task name: n}``, filled by the tuning loop once each task's default
-        schedule is measured (before the first batch): a task worth little of
-        the model's latency measures at most ``n`` candidates, so it does not
-        take slots from the heavy ones. Shared by the clones.
-    measured_outside:
-        ``{task name: n}``: candidates of the task measured outside the search
-        this run (its default schedule); a hard cap counts them too.
+    limits:
+        Per-task caps and counts measured before the search (:class:`TaskLimits`), read only.
     seeds:
         ``seeds(context, limit)`` gives up to ``limit`` candidates transferred
-        from similar workloads (:mod:`edgetune.search.transfer`); they take
-        up to half of the first batch of this run that finds some (of the
-        first three). None: no transfer.
+        from similar workloads (:class:`TransferredSeeds`). None: no transfer.
     suggested:
         Settings per task type, ``{operator signature: {"max_trials": n,
         "kmeans_distance_ratio": r or None}}``
         (:func:`edgetune.search.suggest.settings_by_operator`); None: the
         profile's settings for every task.
+    report:
+        Where per-task reports are collected, the search's output (shared with clones).
     """
 
     def __init__(
         self,
+        settings: SearchSettings | None = None,
         *,
-        population_size: int = 512,
-        init_min_unmeasured: int = 50,
-        eps_greedy: float = 0.05,
-        sampler: str = "kmeans",
-        kmeans_distance_ratio: float = 0.3,
-        early_stop: str = "adaptive",
-        early_stop_params: dict[str, float] | None = None,
-        exploration: str = "contextual",
         surrogate: Any = None,
         expected_trials_per_task: int = 0,
-        max_exploration: float = 0.5,
-        seed: int = 0,
-        report: SearchReport | None = None,
-        suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
+        limits: TaskLimits | None = None,
         seeds: Any = None,
-        task_caps: dict[str, int] | None = None,
-        measured_outside: dict[str, int] | None = None,
+        suggested: dict[tuple[str, ...], dict[str, Any]] | None = None,
+        report: SearchReport | None = None,
     ) -> None:
         super().__init__()
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be 'kmeans' or 'none', got {sampler!r} instead")
-        if exploration not in ("contextual", "fixed"):
-            raise ValueError(f"exploration must be 'contextual' or 'fixed', got {exploration!r} instead")
-        if not 0 <= max_exploration <= 1:
-            raise ValueError(f"max_exploration must be within [0, 1], got {max_exploration!r} instead")
-        make_early_stop(early_stop, **(early_stop_params or {}))  # validate now, not inside tuning
-        self.params = dict(
-            population_size=population_size,
-            init_min_unmeasured=init_min_unmeasured,
-            eps_greedy=eps_greedy,
-            sampler=sampler,
-            kmeans_distance_ratio=kmeans_distance_ratio,
-            early_stop=early_stop,
-            early_stop_params=dict(early_stop_params or {}),
-            exploration=exploration,
-            surrogate=surrogate,
-            expected_trials_per_task=expected_trials_per_task,
-            max_exploration=max_exploration,
-            seed=seed,
-            suggested=suggested,
-            seeds=seeds,
-            task_caps=task_caps,
-            measured_outside=measured_outside,
-        )
+        self.settings = settings = settings if settings is not None else SearchSettings()
+        self.surrogate = surrogate
+        self.expected_trials_per_task = expected_trials_per_task
+        self.limits = limits if limits is not None else TaskLimits()
+        self.seeds = seeds
+        self.suggested = suggested
         self.report = report if report is not None else SearchReport()
-        self.contextual = exploration == "contextual" and surrogate is not None
+        self.exploration = (
+            ContextualExploration(surrogate, settings.max_exploration)
+            if settings.exploration == "contextual" and surrogate is not None
+            else None
+        )
         self.context: Any = None
         self.inner: Any = None
         self.sampler: KMeansSampler | None = None
         self.stopper: EarlyStop
-        self._make_components(self.params["early_stop_params"], kmeans_distance_ratio if sampler == "kmeans" else None)
-        self.rng = np.random.default_rng(seed)
+        self._make_components(dict(settings.early_stop_params), settings.kmeans_distance_ratio if settings.sampler == "kmeans" else None)
+        self.rng = np.random.default_rng(settings.seed)
         self._features = CandidateFeatures()
         self._task: TaskSearchReport | None = None
         self.cap: int | None = None  # hard cap on measured candidates (suggested, fixed/no early stop)
         self.applied: dict[str, Any] | None = None  # what ``suggested`` gave this task
-        self.seeded = False  # a batch of this run took transferred candidates (or stopped trying)
-        self.transfer_attempts = 0
+        self.transfer = TransferredSeeds(seeds)
+
+    @property
+    def contextual(self) -> bool:
+        return self.exploration is not None
 
     def _make_components(self, early_stop_params: dict[str, Any], distance_ratio: float | None) -> None:
         """The early stop and the K-means sampler (``distance_ratio`` None: no sampling)."""
-        self.stopper = make_early_stop(self.params["early_stop"], **early_stop_params)
-        self.sampler = KMeansSampler(distance_ratio, seed=self.params["seed"]) if distance_ratio is not None else None
+        self.stopper = make_early_stop(self.settings.early_stop, **early_stop_params)
+        self.sampler = KMeansSampler(distance_ratio, seed=self.settings.seed) if distance_ratio is not None else None
 
     def _apply_suggested(self, context: Any) -> None:
         """This task's type's suggested settings, or the profile's (see the module docstring)."""
         from edgetune.tasks.signature import operator_signature
 
-        suggested = self.params["suggested"]
-        early_stop_params = dict(self.params["early_stop_params"])
-        ratio = self.params["kmeans_distance_ratio"] if self.params["sampler"] == "kmeans" else None
+        settings = self.settings
+        early_stop_params = dict(settings.early_stop_params)
+        ratio = settings.kmeans_distance_ratio if settings.sampler == "kmeans" else None
         self.cap = None
         self.applied = None
         entry = None
-        if suggested is not None:
+        if self.suggested is not None:
             signature = operator_signature(context.mod)
-            entry = suggested.get(signature)
+            entry = self.suggested.get(signature)
             self.applied = {"operator": "+".join(signature), "from_history": entry is not None}
         if entry is not None:
-            if self.params["early_stop"] == "adaptive":
+            if settings.early_stop == "adaptive":
                 early_stop_params["initial"] = int(entry["max_trials"])
             else:
                 self.cap = int(entry["max_trials"])
@@ -263,16 +374,17 @@ class AdaptiveSearch(PySearchStrategy):
 
     # -- MetaSchedule hooks -------------------------------------------------------
     def _initialize_with_tune_context(self, context: Any) -> None:
+        settings = self.settings
         self.context = context
         self.inner = ms.search_strategy.EvolutionarySearch(
-            population_size=self.params["population_size"],
-            init_min_unmeasured=self.params["init_min_unmeasured"],
-            eps_greedy=0.0 if self.contextual else self.params["eps_greedy"],
+            population_size=settings.population_size,
+            init_min_unmeasured=settings.init_min_unmeasured,
+            eps_greedy=0.0 if self.contextual else settings.eps_greedy,
         )
         self.inner._initialize_with_tune_context(context)  # pylint: disable=protected-access
         name = str(context.task_name) if context.task_name else "task"
         # str hashes change between processes; crc32 keeps a seed's random candidates reproducible
-        self.rng = np.random.default_rng([self.params["seed"], zlib.crc32(name.encode())])
+        self.rng = np.random.default_rng([settings.seed, zlib.crc32(name.encode())])
         self._apply_suggested(context)
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any, database: Any = None, cost_model: Any = None) -> None:
@@ -281,7 +393,7 @@ class AdaptiveSearch(PySearchStrategy):
         self.design_spaces = list(design_spaces)
         # the inner search never ends a task by itself: this strategy does
         self.inner.pre_tuning(1 << 30, num_trials_per_iter, design_spaces, database, cost_model)
-        expected = self.params["expected_trials_per_task"] or int(max_trials)
+        expected = self.expected_trials_per_task or int(max_trials)
         self.stopper.start(int(max_trials), self.plan, expected=expected)
         self._task = self.report.task(str(self.context.task_name))
         self._task.share = expected
@@ -289,7 +401,7 @@ class AdaptiveSearch(PySearchStrategy):
             self.report.suggested[str(self.context.task_name)] = {
                 "task": str(self.context.task_name),
                 **self.applied,
-                "early_stop": self.params["early_stop"],
+                "early_stop": self.settings.early_stop,
                 # the adaptive rule's initial maximum (im) in effect, within the task's budget
                 "early_stop_initial": self.stopper.floor_ if isinstance(self.stopper, AdaptiveEarlyStop) else None,
                 "max_trials": self.cap,
@@ -300,10 +412,9 @@ class AdaptiveSearch(PySearchStrategy):
         self.inner.post_tuning()
 
     def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
-        task = self._task
-        caps = self.params["task_caps"]
-        if caps and str(self.context.task_name) in caps:
-            limit = caps[str(self.context.task_name)]
+        task, name = self._task, str(self.context.task_name)
+        limit = self.limits.cap(name)
+        if limit is not None:
             self.cap = limit if self.cap is None else min(self.cap, limit)
             task.capped = limit
         if task.proposed >= self.budget:
@@ -312,7 +423,7 @@ class AdaptiveSearch(PySearchStrategy):
             task.stopped_early = True
             task.early_stop_limit = self.stopper.limit
             return None
-        outside = (self.params["measured_outside"] or {}).get(str(self.context.task_name), 0)
+        outside = self.limits.measured_before(name)
         if self.cap is not None and task.measured + outside >= self.cap:
             task.stopped_early = True
             task.early_stop_limit = self.cap
@@ -321,14 +432,13 @@ class AdaptiveSearch(PySearchStrategy):
         if pool is None:
             return None
         batch = list(pool)
-        if self.contextual:
-            batch = self._explore(batch)
+        if self.exploration is not None:
+            batch = self.exploration.mix(self.context, batch, self.random_candidates(max(16, self.plan)), task)
         task.proposed += len(batch)
         if self.sampler is not None and len(batch) > 1:
             keep = self.sampler.select(self._features(self.context, batch))
             batch = [batch[i] for i in keep]
-        if not self.seeded:
-            batch = self._with_transferred(batch)
+        batch = self.transfer.mix(self.context, batch, task)
         if self.cap is not None:
             batch = batch[: max(0, self.cap - task.measured - outside)]
         task.measured += len(batch)
@@ -342,43 +452,12 @@ class AdaptiveSearch(PySearchStrategy):
         self._task.early_stop_limit = self.stopper.limit
 
     def clone(self) -> AdaptiveSearch:
-        return AdaptiveSearch(**self.params, report=self.report)
+        return AdaptiveSearch(
+            self.settings, surrogate=self.surrogate, expected_trials_per_task=self.expected_trials_per_task,
+            limits=self.limits, seeds=self.seeds, suggested=self.suggested, report=self.report,
+        )
 
-    # -- components ----------------------------------------------------------------
-    def _with_transferred(self, batch: list[Any]) -> list[Any]:
-        """The batch with up to half of it replaced by candidates transferred from similar workloads.
-
-        Tried on each batch until some are found, at most ``TRANSFER_ATTEMPTS``
-        times: MetaSchedule's own schedulers commit a round's results only
-        after every task had its first batch, so the second batch is the first
-        that can see what the other shapes found.
-        """
-        self.transfer_attempts += 1
-        provider = self.params["seeds"]
-        if provider is None or not batch or self.transfer_attempts > TRANSFER_ATTEMPTS:
-            self.seeded = True
-            return batch
-        seeds = provider(self.context, max(1, len(batch) // 2))
-        if seeds:
-            self.seeded = True
-            self._task.transferred += len(seeds)
-        return seeds + batch[: len(batch) - len(seeds)]
-
-    def _explore(self, batch: list[Any]) -> list[Any]:
-        """Replace the worst-ranked share ``eps_t`` of the batch with random candidates."""
-        randoms = self.random_candidates(max(16, self.plan))
-        if not randoms:
-            return batch
-        _, sigma = mean_std_or_none(self.params["surrogate"], self.context, randoms)
-        if sigma is None:
-            return batch  # cost model still warming up: its ranking is random anyway
-        # eps_t = mean sigma / Perf(p*); targets are normalised so that Perf(p*) = 1
-        eps = min(self.params["max_exploration"], max(0.0, float(np.mean(sigma))))
-        self._task.exploration.append(eps)
-        n_random = min(len(randoms), int(round(eps * len(batch))))
-        self._task.random_candidates += n_random
-        return batch[: len(batch) - n_random] + randoms[:n_random]
-
+    # -- random candidates ------------------------------------------------------------
     def random_candidates(self, count: int) -> list[Any]:
         """Fresh samples of the design spaces (decisions re-drawn, postprocessors applied)."""
         from tvm.s_tir import Schedule
@@ -411,4 +490,7 @@ def uses_adaptive_search(tuning: Any) -> bool:
     )
 
 
-__all__ = ["AdaptiveSearch", "SearchReport", "TaskSearchReport", "uses_adaptive_search"]
+__all__ = [
+    "AdaptiveSearch", "ContextualExploration", "SearchReport", "SearchSettings", "TaskLimits",
+    "TaskSearchReport", "TransferredSeeds", "early_stop_params", "uses_adaptive_search",
+]

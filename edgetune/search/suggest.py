@@ -1,7 +1,7 @@
 """Suggest tuning settings per task type from the history (history-database paper, §IV).
 
 Workloads computing the same operator (same compute blocks, any shapes; see
-:func:`~edgetune.history.warmstart.operator_signature`) on one target form a
+:func:`~edgetune.tasks.signature.operator_signature`) on one target form a
 task type. Per type, two settings are read off the history, records in the
 order they were committed:
 
@@ -180,7 +180,7 @@ def suggest_settings(
     if sampling and sampling_records < 2:
         raise ValueError(f"sampling_records must be >= 2, got {sampling_records!r} instead")
     wanted = None if operators is None else {tuple(op) for op in operators}
-    rows = db.record_summaries(target)
+    rows = db.bulk.record_summaries(target)
     runs: dict[tuple[int, str], list[float | None]] = defaultdict(list)
     ids: dict[tuple[int, str], list[int]] = defaultdict(list)
     labels: dict[tuple[int, str], str] = {}
@@ -208,7 +208,7 @@ def suggest_settings(
         if sampling:
             chosen = ids[key][:sampling_records]
             ratio, windows = sampling_ratio(
-                _replay_windows(db.records_by_id(chosen), values[: len(chosen)], batch), seed=seed
+                _replay_windows(db.bulk.records_by_id(chosen), values[: len(chosen)], batch), seed=seed
             )
             if ratio is not None:
                 suggestion.sampling_ratios.append(ratio)

@@ -89,7 +89,11 @@ class RecordAndReport(PyMeasureCallback):
                 ctx.target,
                 candidate.args_info,
             )
-            record_id = self.history.commit_measurement(record, error=str(error) if error else None, board=board)
+            if CachedArtifact.parse(artifact) is not None and not error:
+                # served from the history: its row stays as the board that measured it left it
+                record_id = self.history.commit_served(record)
+            else:
+                record_id = self.history.commit_measurement(record, error=str(error) if error else None, board=board)
             if self.claims is not None:
                 self.claims.finish(candidate.sch.mod, record_id)
             if error:

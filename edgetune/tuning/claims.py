@@ -72,10 +72,10 @@ class CandidateClaims:
     def claim(self, mod: Any) -> bool:
         """Claim a candidate about to be built; False: another process measures (or measured) it."""
         key = CandidateCache.key(mod)
-        claim = self.history.claim_candidate(self.target, key, self.owner, self.lease_sec)
+        claim = self.history.claims.claim_candidate(self.target, key, self.owner, self.lease_sec)
         if claim.record_id is not None and is_failed(self._run_secs(claim.record_id)):
             # measured before and failed (or pruned since): measure again, as a resumed run does
-            claim = self.history.claim_candidate(self.target, key, self.owner, self.lease_sec, take_measured=True)
+            claim = self.history.claims.claim_candidate(self.target, key, self.owner, self.lease_sec, take_measured=True)
         return self._won(key, claim)
 
     def wait(self, mod: Any) -> tuple[str, str | None]:
@@ -89,7 +89,7 @@ class CandidateClaims:
         key = CandidateCache.key(mod)
         deadline = time.monotonic() + self.wait_sec
         while True:
-            claim = self.history.claim_of(self.target, key)
+            claim = self.history.claims.claim_of(self.target, key)
             if claim is not None and claim.record_id is not None:
                 run_secs = self._run_secs(claim.record_id)
                 if run_secs is not None:
@@ -101,7 +101,7 @@ class CandidateClaims:
             if claim is None or not claim.live:
                 # a claim measured meanwhile is not taken (the next look serves it), unless its record is unreadable
                 unreadable = claim is not None and claim.record_id is not None
-                claim = self.history.claim_candidate(
+                claim = self.history.claims.claim_candidate(
                     self.target, key, self.owner, self.lease_sec, take_measured=unreadable
                 )
                 if self._won(key, claim):
@@ -122,13 +122,13 @@ class CandidateClaims:
         """The candidate's result is committed as ``record_id``: the claim now points at it."""
         key = self._drop(mod)
         if key is not None:
-            self.history.finish_claim(self.target, key, self.owner, record_id)
+            self.history.claims.finish_claim(self.target, key, self.owner, record_id)
 
     def release(self, mod: Any) -> None:
         """The candidate was not measured after all (no board): another run may take it."""
         key = self._drop(mod)
         if key is not None:
-            self.history.release_claim(self.target, key, self.owner)
+            self.history.claims.release_claim(self.target, key, self.owner)
 
     def close(self) -> None:
         """Stop renewing and release every claim still held (the run ends, finished or not)."""
@@ -137,7 +137,7 @@ class CandidateClaims:
         with self._lock:
             self._held.clear()
         try:
-            self.history.release_claims(self.owner)
+            self.history.claims.release_claims(self.owner)
         except HistoryError:
             pass  # the database is gone: the leases expire by themselves, and the run's own error says more
 
@@ -167,7 +167,7 @@ class CandidateClaims:
     def _run_secs(self, record_id: int) -> list[float] | None:
         """Run times of a stored record (``[1e10]`` if it failed); None if it is gone."""
         try:
-            (record,) = self.history.records_by_id([record_id])
+            (record,) = self.history.bulk.records_by_id([record_id])
         except Exception:  # noqa: BLE001 - pruned meanwhile, or a trace this TVM cannot replay
             return None
         return [float(sec) for sec in record.run_secs]
@@ -177,6 +177,6 @@ class CandidateClaims:
         while not self._closing.wait(self.lease_sec / 4):
             if self.held:
                 try:
-                    self.history.renew_claims(self.owner, self.lease_sec)
+                    self.history.claims.renew_claims(self.owner, self.lease_sec)
                 except HistoryError:
                     pass  # a database hiccup; the next beat tries again, the lease has slack

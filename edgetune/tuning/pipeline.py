@@ -40,7 +40,7 @@ from ..builder.intrinsics import load_tensor_intrinsics
 from ..common.failure import is_failed
 from ..errors import EdgetuneError, TuningInterrupted
 from ..history import open_history
-from ..history.warmstart import WarmStartReport, warm_start
+from ..costmodel.warmstart import WarmStartReport, warm_start
 from ..tasks.signature import operator_signature
 from ..measure.awaiting import AwaitingRunner
 from ..measure.runner import MeasureStats, TrackerRunner
@@ -48,7 +48,7 @@ from ..profile import DeviceProfile
 from ..provision.board import BoardChoice, choose_board, resolve_board
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
 from ..search.scheduler import SLOT_SCHEDULERS
-from ..search.strategy import SearchReport
+from ..search.strategy import SearchReport, TaskLimits
 from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
@@ -82,7 +82,7 @@ class TuneOptions:
     db: str | None = None  # defaults to the run directory's history.db
     trials: int | None = None  # defaults to the profile's tuning.trials
     evaluate: bool = True  # compile and measure end to end after tuning
-    # "off", "same", "auto" or "similar": cost model trained on history first (see history/warmstart.py)
+    # "off", "same", "auto" or "similar": cost model trained on history first (see costmodel/warmstart.py)
     warm_start: str = "same"
     suggested: bool = False  # each task gets its type's early-stop and sampling settings from the history
     scheduler: str | None = None  # task scheduler; defaults to the profile's tuning.task_scheduler
@@ -115,7 +115,13 @@ class Components:
 
 @dataclass
 class TaskPlan:
-    """The tasks of this run and how the budget is split between them."""
+    """The tasks of this run and how the budget is split between them: fixed before the search starts.
+
+    :meth:`TuningPipeline.plan_tasks` makes it; :meth:`TuningPipeline.open_session`
+    adds what is measured before the search (each task's default schedule, the
+    library's schedules); :meth:`TuningPipeline.tune` sets the caps of minor
+    tasks in :attr:`limits` once their defaults are measured.
+    """
 
     extracted: list[Any]
     previous: list[int]  # records already in the history, per task
@@ -123,15 +129,28 @@ class TaskPlan:
     remaining: int  # budget minus what the history holds
     per_iter: int  # candidates per batch
     inventory: KernelInventory | None = None  # the prepared graph's kernels by class (None: tasks passed in)
+    #: per task, a cap on measured candidates (minor tasks) and how many were measured before the search
+    limits: TaskLimits = field(default_factory=TaskLimits)
+    defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
+    library_candidates: dict[int, list[Any]] = field(default_factory=dict)  # task index -> the library's schedules
 
     @property
     def workloads(self) -> list[Any]:
         return [task.dispatched[0] for task in self.extracted]
 
+    @property
+    def search_budget(self) -> int:
+        """What is left for the search once the default and library schedules are measured."""
+        return self.remaining - len(self.defaults_to_measure) - sum(map(len, self.library_candidates.values()))
+
 
 @dataclass
-class _Run:
-    """What one run has made so far, handed from stage to stage."""
+class TuneSession:
+    """What one run has open: where it measures, the history, each task's context, and the components.
+
+    Made by :meth:`TuningPipeline.open_session`; what the components hold is
+    closed by the run's exit stack.
+    """
 
     target: Any
     model: LoadedModel | None
@@ -139,34 +158,39 @@ class _Run:
     board: Board
     address: TrackerAddress
     history: Any
-    plan: TaskPlan
-    contexts: list[Any] = field(default_factory=list)
-    weights: list[float] = field(default_factory=list)
-    progress: TuneProgress | None = None
-    cost_model: Any = None
-    search_report: SearchReport = field(default_factory=SearchReport)
-    suggested: dict[str, Any] | None = None
-    builder: Any = None
-    runner: Any = None
-    scheduler_name: str = ""
-    scheduler: Any = None  # the task scheduler object of this run (built or passed in)
-    awaits: bool | None = None
+    contexts: list[Any]
+    weights: list[float]
+    progress: TuneProgress
+    cost_model: Any
+    search_report: SearchReport  # what the search did per task: its output, read by the summary
+    suggested: dict[str, Any] | None  # --suggested: what the history suggested, and its message
+    library: LibraryChoice | None  # the schedule library this run starts from (tuning.schedules)
+    builder: Any
+    runner: Any
+    claims: CandidateClaims | None  # leases on candidates in a shared history
+    scheduler_name: str
+    awaits: bool  # the task scheduler awaits each batch's measurements (the embedded board)
+
+
+@dataclass
+class TuneOutcome:
+    """What :meth:`TuningPipeline.tune` did, for the summary."""
+
     warm: WarmStartReport = field(default_factory=WarmStartReport)
-    defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
-    library: LibraryChoice | None = None  # the schedule library this run starts from (tuning.schedules)
-    library_candidates: dict[int, list[Any]] = field(default_factory=dict)  # task index -> the library's schedules to measure first
     defaults_measured: int = 0
-    measured_outside: dict[str, int] = field(default_factory=dict)  # per task, measured before the search (its default)
-    task_caps: dict[str, int] = field(default_factory=dict)  # minor tasks: at most this many measured (shared with the strategy)
-    record: RecordAndReport | None = None  # stores every batch (searched or measured before the search)
-    callbacks: list[Any] = field(default_factory=list)  # MetaSchedule's measure callbacks: record first
-    claims: CandidateClaims | None = None  # leases on candidates in a shared history
+    scheduler: Any = None  # the task scheduler object (built or passed in); None when the search did not run
     interrupted: bool = False
-    tune_seconds: float = 0.0
+    stop_reason: str | None = None  # why the run stopped by itself (every board gone)
+    seconds: float = 0.0
 
 
 class TuningPipeline:
-    """Builds every MetaSchedule component for one run from the profile and options; :meth:`run` runs it."""
+    """Builds every MetaSchedule component for one run from the profile and options; :meth:`run` runs it.
+
+    The run's stages hand typed records on: :meth:`check_inputs` -> :meth:`plan_tasks`
+    (a :class:`TaskPlan`) -> :meth:`open_session` (a :class:`TuneSession`) ->
+    :meth:`tune` (a :class:`TuneOutcome`) -> :meth:`summarize` (a :class:`TuneSummary`).
+    """
 
     def __init__(self, options: TuneOptions, sink: ProgressSink | None = None, components: Components | None = None) -> None:
         self.options = options
@@ -253,7 +277,15 @@ class TuningPipeline:
         # A budget smaller than one batch per task would starve the tasks
         # picked last (often the biggest convolutions): shrink the batches.
         per_iter = min(self.profile.tuning.num_trials_per_iter, max(1, remaining // max(1, len(extracted))))
-        return TaskPlan(extracted, previous, self.trials, remaining, per_iter, inventory)
+        plan = TaskPlan(extracted, previous, self.trials, remaining, per_iter, inventory)
+        per_task = self.profile.tuning.max_trials_per_task
+        if per_task:
+            # a per-task budget counts what the history holds: a resumed run (a schedule library's
+            # build) gives a task only what its budget has left, not the whole budget again
+            for task, held in zip(extracted, previous):
+                if held:
+                    plan.limits.set_cap(task.task_name, max(0, per_task - held))
+        return plan
 
     # -- search -----------------------------------------------------------------
     def make_cost_model(self) -> Any:
@@ -263,45 +295,42 @@ class TuningPipeline:
         return make_cost_model(tuning.cost_model, seed=tuning.seed, num_cores=os.cpu_count() or 1,
                                model_file=tuning.cost_model_file, meta_handoff_samples=tuning.meta_handoff_samples)
 
-    def make_search_strategy(self, run: _Run, per_type: dict[tuple[str, ...], dict[str, Any]] | None) -> Any:
+    def make_search_strategy(
+        self, plan: TaskPlan, cost_model: Any, report: SearchReport, per_type: dict[tuple[str, ...], dict[str, Any]] | None,
+        seeds: Callable[[Any, int], list[Any]] | None,
+    ) -> Any:
         if self.components.search_strategy is not None:
             return self.components.search_strategy
-        tuning, plan = self.profile.tuning, run.plan
+        tuning = self.profile.tuning
         return make_search_strategy(
             tuning.search_strategy,
             num_trials_per_iter=plan.per_iter,
             population_size=tuning.population_size,
             tuning=tuning,
-            surrogate=run.cost_model,
+            surrogate=cost_model,
             expected_trials_per_task=math.ceil(plan.remaining / max(1, len(plan.extracted))),
-            report=run.search_report,
+            limits=plan.limits,
+            seeds=seeds if tuning.transfer == "similar" else None,
             suggested=per_type,
-            seeds=self.make_seed_provider(run) if tuning.transfer == "similar" else None,
-            task_caps=run.task_caps,
-            measured_outside=run.measured_outside,
+            report=report,
         )
 
-    def make_seed_provider(self, run: _Run) -> Callable[[Any, int], list[Any]]:
+    @staticmethod
+    def make_seed_provider(history: Any, target: Any, library: LibraryChoice | None) -> Callable[[Any, int], list[Any]]:
         """Candidates for a task's first batch from the best records of similar workloads in the history."""
 
         def seeds(context: Any, limit: int) -> list[Any]:
-            records = [record for record, _board in run.history.successful_records(run.target, limit=2000)]
-            library = run.library.library if run.library is not None else None
-            if library is not None:  # other shapes of the same operator from the library join the history's
-                records += library.tuning_records(run.target, signature=operator_signature(context.mod))
+            records = [record for record, _board in history.successful_records(target, limit=2000)]
+            if library is not None and library.library is not None:
+                # other shapes of the same operator from the library join the history's
+                records += library.library.tuning_records(target, signature=operator_signature(context.mod))
             similar = best_similar_records(records, context.mod, operator_signature)
             return transferred_candidates(context, similar, limit)
 
         return seeds
 
-    def make_contexts(self, run: _Run) -> None:
-        """TuneContexts, weights and the progress record; ``--suggested`` settings read here."""
-        plan = run.plan
-        per_type = None
-        if self.options.suggested and plan.remaining > 0 and plan.extracted:
-            announce(self.sink, plan.remaining, "reading suggested settings per task type from the history")
-            run.suggested, per_type = suggested_settings(run.history, run.target, self.profile, plan.workloads, plan.per_iter)
-            announce(self.sink, plan.remaining, run.suggested["message"])
+    def make_contexts(self, plan: TaskPlan, strategy: Any) -> tuple[list[Any], list[float]]:
+        """MetaSchedule's TuneContexts of the plan's tasks, searched by ``strategy``, and their weights."""
         # MetaSchedule's per-task logger config names every handler of its logger: one without a
         # name (pytest's capture, a notebook's) makes it raise, so those sit out while it runs
         ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
@@ -309,36 +338,24 @@ class TuningPipeline:
         for handler in unnamed:
             ms_logger.removeHandler(handler)
         try:
-            run.contexts, weights = self._contexts(run, per_type)
+            contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                plan.extracted,
+                work_dir=str(RunDir(self.options.out_dir).build_logs),
+                strategy=strategy,
+                num_threads=os.cpu_count() or 1,
+                seed=self.profile.tuning.seed,
+            )
         finally:
             for handler in unnamed:
                 ms_logger.addHandler(handler)
-        run.weights = [float(w) for w in weights]
-        tasks = [
-            TaskProgress(index=i, name=ctx.task_name, weight=w, flops=_task_flops(ctx.mod), previous_trials=n)
-            for i, (ctx, w, n) in enumerate(zip(run.contexts, run.weights, plan.previous))
-        ]
-        for ctx, task in zip(run.contexts, tasks):
-            best = run.history.best_record(ctx.mod, run.target)
-            if best is not None:
-                task.best_sec = float(np.mean([float(x) for x in best.run_secs]))
-        run.progress = TuneProgress(budget=plan.remaining, tasks=tasks)
-        self._progress = run.progress
+        return list(contexts), [float(w) for w in weights]
 
-    def _contexts(self, run: _Run, per_type: Any) -> tuple[list[Any], list[float]]:
-        return ms.relax_integration.extracted_tasks_to_tune_contexts(
-            run.plan.extracted,
-            work_dir=str(RunDir(run.out_dir).build_logs),
-            strategy=self.make_search_strategy(run, per_type),
-            num_threads=os.cpu_count() or 1,
-            seed=self.profile.tuning.seed,
-        )
-
-    def make_task_scheduler(self, run: _Run) -> Any:
+    def make_task_scheduler(self, awaits: bool) -> Any:
         if self.components.task_scheduler is not None:
             return self.components.task_scheduler
+        scheduler = self.options.scheduler or self.profile.tuning.task_scheduler
         return make_task_scheduler(
-            run.scheduler_name, peak_gflops=self.profile.device.peak_gflops, seed=self.profile.tuning.seed, wait_for_results=run.awaits
+            scheduler, peak_gflops=self.profile.device.peak_gflops, seed=self.profile.tuning.seed, wait_for_results=awaits
         )
 
     # -- build and measure ---------------------------------------------------------
@@ -381,13 +398,12 @@ class TuningPipeline:
             )
         return runner
 
-    def make_callbacks(self, run: _Run, measured_by: Any) -> list[Any]:
-        """MetaSchedule's measure callbacks; the first, edgetune's record of every batch, is also ``run.record``."""
-        run.record = RecordAndReport(
-            run.history, run.contexts, run.progress, self.sink, self.stop.event,
-            runner=measured_by, measurement_log=RunDir(run.out_dir).measurements, claims=run.claims,
+    def make_recorder(self, session: TuneSession) -> RecordAndReport:
+        """edgetune's record of every batch: MetaSchedule's first measure callback, also called for batches measured outside the search."""
+        return RecordAndReport(
+            session.history, session.contexts, session.progress, self.sink, self.stop.event,
+            runner=session.runner, measurement_log=RunDir(session.out_dir).measurements, claims=session.claims,
         )
-        return [run.record, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks]
 
     # -- the run ----------------------------------------------------------------
     def run(self) -> TuneSummary:
@@ -405,129 +421,156 @@ class TuningPipeline:
             # MetaSchedule's console handler takes the level its logger has right
             # now: keep its per-round tables in the log files, off the terminal.
             logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-            run = _Run(target, model, out_dir, board, address, history, self.plan_tasks(history, target, model))
-            run.cost_model = self.make_cost_model()
-            self.make_contexts(run)
-            self.choose_library(run)
-            cache = CandidateCache()
-            for ctx, task in zip(run.contexts, run.progress.tasks):
-                cache.add_history(history, ctx.mod, target)
-                stored = cache.default_run_secs(ctx.mod)
-                if stored is not None:
-                    task.default_sec = _mean_or_none(stored)
-                elif task.index in run.library_candidates:
-                    pass  # the library's schedule is measured instead: it was tuned to beat the default
-                elif self.profile.tuning.default_schedule and str(target.kind.name) == "llvm":
-                    # off: the search starts at once. GPU targets' untuned code is TVM's default GPU
-                    # schedule (dlight), not the unscheduled function, so there is no trace to measure.
-                    run.defaults_to_measure.append(task.index)
-            run.claims = self.make_claims(history, target, cache)
-            if run.claims is not None:
-                stack.callback(run.claims.close)  # before history.close: released on every exit
-            run.builder = self.make_builder(cache, run.claims)
-            if isinstance(run.builder, WarmBuilder):  # a builder passed in (stock MetaSchedule's) has no workers
-                stack.callback(run.builder.close)
-            run.runner = self.make_runner(address, cache, board.measure_hooks())
-            if isinstance(run.runner, TrackerRunner):
-                stack.callback(run.runner.close)
-            run.scheduler_name = self.options.scheduler or self.profile.tuning.task_scheduler
-            # The embedded board is this host's CPU: a batch timed while the next one is
-            # searched and built comes out slow, so no scheduler overlaps them there
-            # (edgetune's wait themselves, MetaSchedule's through AwaitingRunner).
-            run.awaits = board.awaits_measurements
-            if run.plan.remaining > 0 and run.contexts:
-                self.tune(run)
-            if isinstance(run.runner, TrackerRunner):
-                run.runner.wait_idle()
-            summary = self.summarize(run)
-            if run.interrupted:
+            plan = self.plan_tasks(history, target, model)
+            session = self.open_session(stack, plan, target, model, out_dir, board, address, history)
+            outcome = self.tune(plan, session) if plan.remaining > 0 and session.contexts else TuneOutcome()
+            if isinstance(session.runner, TrackerRunner):
+                session.runner.wait_idle()
+            summary = self.summarize(plan, session, outcome)
+            if outcome.interrupted:
                 summary.write(out_dir)
                 append_session(out_dir, summary)
-                reason = run.record.stop_reason if run.record is not None else None
+                reason = outcome.stop_reason
                 raise TuningInterrupted(
                     ("stopped: " + reason.split(": ", 1)[-1] + "; " if reason else "interrupted: ")
-                    + f"{run.progress.done} measurements of this run are kept in {history.url}; "
+                    + f"{session.progress.done} measurements of this run are kept in {history.url}; "
                     f"run the same command again to resume",
                     signum=self.stop.signum,
                 )
-            if isinstance(run.builder, WarmBuilder):
-                run.builder.close()  # free the workers' memory before whole-model builds
+            if isinstance(session.builder, WarmBuilder):
+                session.builder.close()  # free the workers' memory before whole-model builds
             if self.options.evaluate:
-                run.progress.phase = "compiling and measuring the whole model on the device"
-                self.sink.on_phase(run.progress)
+                session.progress.phase = "compiling and measuring the whole model on the device"
+                self.sink.on_phase(session.progress)
                 summary.end_to_end = evaluate_end_to_end(model, self.profile, target, history, address, out_dir)
                 summary.end_to_end.tuned_kernels_ms = summary.kernels_ms()
                 if self.profile.tuning.baseline != "none":
-                    summary.end_to_end.baselines = [self.time_baseline(run, model, summary.end_to_end.artifact).to_dict()]
+                    summary.end_to_end.baselines = [self.time_baseline(session, model, summary.end_to_end.artifact).to_dict()]
             summary.write(out_dir)
             append_session(out_dir, summary)
             return summary
 
-    def tune(self, run: _Run) -> None:
+    def open_session(
+        self, stack: ExitStack, plan: TaskPlan, target: Any, model: LoadedModel | None, out_dir: Path,
+        board: Board, address: TrackerAddress, history: Any,
+    ) -> TuneSession:
+        """Contexts, progress and the components that build and measure; adds to ``plan`` what is measured before the search."""
+        library = self.choose_library(target, plan)
+        cost_model = self.make_cost_model()
+        report = SearchReport()
+        suggested, per_type = self.read_suggested(history, target, plan)
+        strategy = self.make_search_strategy(plan, cost_model, report, per_type, self.make_seed_provider(history, target, library))
+        contexts, weights = self.make_contexts(plan, strategy)
+        progress = _progress_of(plan, contexts, weights, history, target)
+        self._progress = progress
+        self.plan_library_schedules(plan, contexts, library)
+        cache = CandidateCache()
+        for ctx, task in zip(contexts, progress.tasks):
+            cache.add_history(history, ctx.mod, target)
+            stored = cache.default_run_secs(ctx.mod)
+            if stored is not None:
+                task.default_sec = _mean_or_none(stored)
+            elif task.index in plan.library_candidates:
+                pass  # the library's schedule is measured instead: it was tuned to beat the default
+            elif self.profile.tuning.default_schedule and str(target.kind.name) == "llvm":
+                # off: the search starts at once. GPU targets' untuned code is TVM's default GPU
+                # schedule (dlight), not the unscheduled function, so there is no trace to measure.
+                plan.defaults_to_measure.append(task.index)
+        claims = self.make_claims(history, target, cache)
+        if claims is not None:
+            stack.callback(claims.close)  # before history.close: released on every exit
+        builder = self.make_builder(cache, claims)
+        if isinstance(builder, WarmBuilder):  # a builder passed in (stock MetaSchedule's) has no workers
+            stack.callback(builder.close)
+        runner = self.make_runner(address, cache, board.measure_hooks())
+        if isinstance(runner, TrackerRunner):
+            stack.callback(runner.close)
+        return TuneSession(
+            target=target, model=model, out_dir=out_dir, board=board, address=address, history=history,
+            contexts=contexts, weights=weights, progress=progress, cost_model=cost_model, search_report=report,
+            suggested=suggested, library=library, builder=builder, runner=runner, claims=claims,
+            scheduler_name=self.options.scheduler or self.profile.tuning.task_scheduler,
+            # The embedded board is this host's CPU: a batch timed while the next one is
+            # searched and built comes out slow, so no scheduler overlaps them there
+            # (edgetune's wait themselves, MetaSchedule's through AwaitingRunner).
+            awaits=board.awaits_measurements,
+        )
+
+    def read_suggested(self, history: Any, target: Any, plan: TaskPlan) -> tuple[dict[str, Any] | None, Any]:
+        """``--suggested``: settings per task type from the history (None, None without it)."""
+        if not (self.options.suggested and plan.remaining > 0 and plan.extracted):
+            return None, None
+        announce(self.sink, plan.remaining, "reading suggested settings per task type from the history")
+        suggested, per_type = suggested_settings(history, target, self.profile, plan.workloads, plan.per_iter)
+        announce(self.sink, plan.remaining, suggested["message"])
+        return suggested, per_type
+
+    def tune(self, plan: TaskPlan, session: TuneSession) -> TuneOutcome:
         """Warm start, then MetaSchedule's task scheduler over edgetune's components until the budget is spent."""
-        progress, plan = run.progress, run.plan
+        progress, outcome = session.progress, TuneOutcome()
         progress.phase = "starting build workers"
         self.sink.on_phase(progress)
-        if isinstance(run.builder, WarmBuilder):
-            run.builder.start()
+        if isinstance(session.builder, WarmBuilder):
+            session.builder.start()
         progress.phase = "tuning"
         progress.started = time.monotonic()
         self.sink.on_phase(progress)
-        runner = self.components.wrap_runner(run.runner) if self.components.wrap_runner else run.runner
-        if run.board.awaits_measurements and run.scheduler_name in STOCK_SCHEDULERS and not self.components.wrap_runner:
+        runner = self.components.wrap_runner(session.runner) if self.components.wrap_runner else session.runner
+        if session.awaits and session.scheduler_name in STOCK_SCHEDULERS and not self.components.wrap_runner:
             # MetaSchedule's schedulers would time this batch while the host builds the next one
             runner = AwaitingRunner(runner)
-        run.callbacks = self.make_callbacks(run, run.runner)
+        recorder = self.make_recorder(session)
         started = time.monotonic()
         try:
             with stop_on_signals(self.stop):
-                self.measure_default_schedules(run)
-                self.cap_minor_tasks(run)
+                outcome.defaults_measured = self.measure_default_schedules(plan, session, recorder)
+                self.cap_minor_tasks(plan, progress)
                 if self.options.warm_start != "off":
                     progress.phase = "training the cost model on the history (warm start)"
                     self.sink.on_phase(progress)
-                    run.warm = warm_start(
-                        run.cost_model, [ctx.mod for ctx in run.contexts], run.history, run.target,
+                    outcome.warm = warm_start(
+                        session.cost_model, [ctx.mod for ctx in session.contexts], session.history, session.target,
                         board_id=self.key, scope=self.options.warm_start,
                     )
                     progress.phase = "tuning"
                     self.sink.on_phase(progress)
                 if self.stop.event.is_set():
                     raise StopRequested("stop requested during the warm start")
-                self.measure_library_schedules(run)
-                search_budget = plan.remaining - len(run.defaults_to_measure) - sum(map(len, run.library_candidates.values()))
-                if search_budget <= 0:
-                    return
-                run.scheduler = self.make_task_scheduler(run)
+                self.measure_library_schedules(plan, session, recorder)
+                if plan.search_budget <= 0:
+                    return outcome
+                outcome.scheduler = self.make_task_scheduler(session.awaits)
                 ms.tune_tasks(
-                    tasks=run.contexts,
-                    task_weights=run.weights,
-                    work_dir=str(RunDir(run.out_dir).build_logs),
-                    max_trials_global=search_budget,
+                    tasks=session.contexts,
+                    task_weights=session.weights,
+                    work_dir=str(RunDir(session.out_dir).build_logs),
+                    max_trials_global=plan.search_budget,
                     max_trials_per_task=self.profile.tuning.max_trials_per_task or plan.remaining,
                     num_trials_per_iter=plan.per_iter,
-                    builder=run.builder,
+                    builder=session.builder,
                     runner=runner,
                     # this target's records only: another board's latencies are on another scale, and its fastest
                     # records would seed this search first (warm start and transfer weigh other boards themselves)
-                    database=run.history.for_target(run.target),
-                    cost_model=run.cost_model,
-                    measure_callbacks=run.callbacks,
-                    task_scheduler=run.scheduler,
+                    database=session.history.for_target(session.target),
+                    cost_model=session.cost_model,
+                    measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks],
+                    task_scheduler=outcome.scheduler,
                 )
                 if self.stop.event.is_set():
                     # MetaSchedule's stock schedulers catch a callback's StopRequested, end
                     # that task and return normally once every task has ended
-                    run.interrupted = True
+                    outcome.interrupted = True
         except BaseException:
             # whatever TVM turned our StopRequested into on its way back
             if not self.stop.event.is_set():
                 raise
-            run.interrupted = True
+            outcome.interrupted = True
         finally:
-            run.tune_seconds = time.monotonic() - started
+            outcome.seconds = time.monotonic() - started
+            outcome.stop_reason = recorder.stop_reason
+        return outcome
 
-    def cap_minor_tasks(self, run: _Run) -> None:
+    def cap_minor_tasks(self, plan: TaskPlan, progress: TuneProgress) -> None:
         """Budget where it pays: a task that cannot matter to the tuned model gets few trials.
 
         Reshapes, concatenations and small pools cannot gain much; left alone,
@@ -537,10 +580,10 @@ class TuningPipeline:
         everything): each task is expected to reach half the profile's peak
         GFLOPS, or to stay at its untuned latency if that is lower, and a task
         whose untuned latency is under ``minor_task_share`` of that expected
-        model is minor.
+        model is minor. The caps go into ``plan.limits``, which the search reads.
         """
         tuning, peak = self.profile.tuning, self.profile.device.peak_gflops
-        tasks = [t for t in run.progress.tasks if t.default_sec is not None]
+        tasks = [t for t in progress.tasks if t.default_sec is not None]
         if len(tasks) < 2:
             return
 
@@ -552,87 +595,91 @@ class TuningPipeline:
         model = sum(t.weight * expected_sec(t) for t in tasks)
         for task in tasks:
             if model and task.weight * task.default_sec < tuning.minor_task_share * model:
-                run.task_caps[task.name] = tuning.minor_task_trials
+                plan.limits.set_cap(task.name, tuning.minor_task_trials)
 
-    def choose_library(self, run: _Run) -> None:
-        """The schedule library (tuning.schedules) and, per task new to the history, its exact-workload schedule."""
-        run.library = choose_library(self.profile.tuning.schedules, run.target)
-        if run.library.message:
-            announce(self.sink, run.plan.remaining, run.library.message)
-        library = run.library.library
-        if library is None or run.plan.remaining <= 0:
+    def choose_library(self, target: Any, plan: TaskPlan) -> LibraryChoice:
+        """The schedule library (tuning.schedules), said once."""
+        library = choose_library(self.profile.tuning.schedules, target)
+        if library.message:
+            announce(self.sink, plan.remaining, library.message)
+        return library
+
+    def plan_library_schedules(self, plan: TaskPlan, contexts: list[Any], library: LibraryChoice) -> None:
+        """Per task new to the history, the library's schedules of its exact workload, measured first."""
+        if library.library is None or plan.remaining <= 0:
             return
-        budget = run.plan.remaining
-        for index, ctx in enumerate(run.contexts):
-            if run.plan.previous[index] == 0 and budget > 0:  # a task the history holds resumes from its own records
-                found = library_candidates(ctx, library, min(self.profile.tuning.library_schedules, budget))
+        budget = plan.remaining
+        for index, ctx in enumerate(contexts):
+            if plan.previous[index] == 0 and budget > 0:  # a task the history holds resumes from its own records
+                found = library_candidates(ctx, library.library, min(self.profile.tuning.library_schedules, budget))
                 if found:
-                    run.library_candidates[index] = found
+                    plan.library_candidates[index] = found
                     budget -= len(found)
 
-    def measure_library_schedules(self, run: _Run) -> None:
-        """Each covered task's library schedule, measured on the board as its first trial and stored."""
-        if not run.library_candidates:
+    def measure_library_schedules(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> None:
+        """Each covered task's library schedules, measured on the board as its first trials and stored."""
+        if not plan.library_candidates:
             return
-        run.progress.phase = f"measuring the schedule library's schedules of {len(run.library_candidates)} tasks"
-        self.sink.on_phase(run.progress)
-        record = run.record
-        for rank in range(max(map(len, run.library_candidates.values()))):  # one batch per rank: the best first
-            by_task = {i: found[rank] for i, found in run.library_candidates.items() if rank < len(found)}
-            measured = measure_candidates(run.contexts, by_task, run.builder, run.runner)
+        progress, library = session.progress, session.library
+        assert library is not None
+        progress.phase = f"measuring the schedule library's schedules of {len(plan.library_candidates)} tasks"
+        self.sink.on_phase(progress)
+        for rank in range(max(map(len, plan.library_candidates.values()))):  # one batch per rank: the best first
+            by_task = {i: found[rank] for i, found in plan.library_candidates.items() if rank < len(found)}
+            measured = measure_candidates(session.contexts, by_task, session.builder, session.runner)
             for index, (candidate, built, ran) in measured.items():
-                name = run.progress.tasks[index].name
-                run.measured_outside[name] = run.measured_outside.get(name, 0) + 1
+                name = progress.tasks[index].name
+                plan.limits.add_measured_before(name)
                 if built.error_msg is None and ran.error_msg is None and ran.run_secs:
                     latency_us = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
-                    run.library.exact[name] = min(latency_us, run.library.exact.get(name, latency_us))
-                record.record(index, [candidate], [built], [ran])
-        run.progress.phase = "tuning"
-        self.sink.on_phase(run.progress)
+                    library.exact[name] = min(latency_us, library.exact.get(name, latency_us))
+                recorder.record(index, [candidate], [built], [ran])
+        progress.phase = "tuning"
+        self.sink.on_phase(progress)
 
-    def measure_default_schedules(self, run: _Run) -> None:
-        """Each task's untuned code, measured once and stored: the search must beat it to replace it."""
-        if not run.defaults_to_measure:
-            return
-        run.progress.phase = "measuring each task's default schedule (the untuned baseline)"
-        self.sink.on_phase(run.progress)
-        measured = measure_defaults(run.contexts, run.defaults_to_measure, run.builder, run.runner)
-        record = run.record
-        run.defaults_measured = len(measured)
-        for index in measured:
-            run.measured_outside[run.progress.tasks[index].name] = 1
+    def measure_default_schedules(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
+        """Each task's untuned code, measured once and stored: the search must beat it to replace it; how many."""
+        if not plan.defaults_to_measure:
+            return 0
+        progress = session.progress
+        progress.phase = "measuring each task's default schedule (the untuned baseline)"
+        self.sink.on_phase(progress)
+        measured = measure_defaults(session.contexts, plan.defaults_to_measure, session.builder, session.runner)
         for index, (candidate, built, ran) in measured.items():
+            plan.limits.add_measured_before(progress.tasks[index].name)
             ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
-            run.progress.tasks[index].default_sec = _mean_or_none([float(x) for x in ran.run_secs]) if ok else None
-            record.record(index, [candidate], [built], [ran])
-        run.progress.phase = "tuning"
-        self.sink.on_phase(run.progress)
+            progress.tasks[index].default_sec = _mean_or_none([float(x) for x in ran.run_secs]) if ok else None
+            recorder.record(index, [candidate], [built], [ran])
+        progress.phase = "tuning"
+        self.sink.on_phase(progress)
+        return len(measured)
 
-    def time_baseline(self, run: _Run, model: LoadedModel, artifact: str) -> BaselineResult:
+    def time_baseline(self, session: TuneSession, model: LoadedModel, artifact: str) -> BaselineResult:
         """tuning.baseline: the same model in that runtime beside ``model.so``, on this machine; never fails the tune."""
         runtime = self.profile.tuning.baseline
-        if not isinstance(run.board, EmbeddedBoard):
-            return BaselineResult(runtime, error=f"runs only on the embedded board (this machine) so far, not on {run.board.label}")
-        run.progress.phase = f"timing {RUNTIME_NAMES.get(runtime, runtime)} beside the tuned model on this machine"
-        self.sink.on_phase(run.progress)
+        if not isinstance(session.board, EmbeddedBoard):
+            return BaselineResult(runtime, error=f"runs only on the embedded board (this machine) so far, not on {session.board.label}")
+        session.progress.phase = f"timing {RUNTIME_NAMES.get(runtime, runtime)} beside the tuned model on this machine"
+        self.sink.on_phase(session.progress)
         onnx = model.onnx_bytes if model.format == "onnx" else None
         return compare_with_baseline(runtime, artifact, onnx, model.random_inputs(seed=0), self.profile.device.num_threads)
 
-    def summarize(self, run: _Run) -> TuneSummary:
-        tuning, plan, progress = self.profile.tuning, run.plan, run.progress
+    def summarize(self, plan: TaskPlan, session: TuneSession, outcome: TuneOutcome) -> TuneSummary:
+        tuning, progress = self.profile.tuning, session.progress
         # components passed in (stock MetaSchedule's) keep no stats: zeros
-        builder_stats = run.builder.stats if isinstance(run.builder, WarmBuilder) else BuildStats()
-        runner_stats = run.runner.stats if isinstance(run.runner, TrackerRunner) else MeasureStats()
+        builder_stats = session.builder.stats if isinstance(session.builder, WarmBuilder) else BuildStats()
+        runner_stats = session.runner.stats if isinstance(session.runner, TrackerRunner) else MeasureStats()
         evolutionary = tuning.search_strategy == "evolutionary"
+        report, library = session.search_report, session.library
         return TuneSummary(
             edgetune_version=__version__,
             tvm_version=tvm.__version__,
             date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            model=_model_info(run.model, self.components.tasks),
+            model=_model_info(session.model, self.components.tasks),
             profile=self.profile.name,
-            target=run.target.export(),
-            board=BoardInfo(run.board.label, f"{run.address.host}:{run.address.port}", self.key),
-            history=run.history.url,
+            target=session.target.export(),
+            board=BoardInfo(session.board.label, f"{session.address.host}:{session.address.port}", self.key),
+            history=session.history.url,
             trials=TrialCounts(
                 budget=plan.budget,
                 in_history_before=sum(plan.previous),
@@ -641,11 +688,11 @@ class TuningPipeline:
                 measured_on_device=runner_stats.measured,
                 failed=sum(t.failed for t in progress.tasks),
                 build_timeouts=builder_stats.timed_out,
-                default_schedules=run.defaults_measured,
-                waited_for_others=run.claims.waited if run.claims is not None else 0,
+                default_schedules=outcome.defaults_measured,
+                waited_for_others=session.claims.waited if session.claims is not None else 0,
             ),
             seconds=Seconds(
-                tuning_wall=run.tune_seconds,
+                tuning_wall=outcome.seconds,
                 device=runner_stats.device_seconds,
                 upload=runner_stats.upload_seconds,
                 build=builder_stats.build_seconds,
@@ -656,30 +703,32 @@ class TuningPipeline:
                 population_size=(tuning.population_size or auto_population(plan.per_iter)) if evolutionary else None,
                 num_trials_per_iter=plan.per_iter,
                 cost_model=tuning.cost_model,
-                task_scheduler=run.scheduler_name,
-                scheduler_awaits_measurements=run.awaits,
-                scheduler_decision_seconds=run.scheduler.decision_seconds_ if isinstance(run.scheduler, SLOT_SCHEDULERS) else None,
+                task_scheduler=session.scheduler_name,
+                scheduler_awaits_measurements=session.awaits,
+                scheduler_decision_seconds=(
+                    outcome.scheduler.decision_seconds_ if isinstance(outcome.scheduler, SLOT_SCHEDULERS) else None
+                ),
             ),
-            measurement=measurement_summary(self.profile, run.runner, run.board),
+            measurement=measurement_summary(self.profile, session.runner, session.board),
             measurement_reduction={
                 "sampler": tuning.sampler,
                 "early_stop": tuning.early_stop,
                 "exploration": tuning.exploration,
-                **run.search_report.to_dict(),
+                **report.to_dict(),
             }
-            if run.search_report.tasks
+            if report.tasks
             else None,
-            warm_start={"scope": self.options.warm_start, **run.warm.to_dict()},
-            suggested=with_applied(run.suggested, run.search_report, run.contexts),
-            interrupted=run.interrupted,
+            warm_start={"scope": self.options.warm_start, **outcome.warm.to_dict()},
+            suggested=with_applied(session.suggested, report, session.contexts),
+            interrupted=outcome.interrupted,
             tasks=[
-                t.to_result(_kept_default(run, i), run.task_caps.get(t.name), str(tvm_ffi.structural_hash(run.contexts[i].mod)),
-                             run.library.exact.get(t.name) if run.library is not None else None)
+                t.to_result(_kept_default(session, i), plan.limits.cap(t.name), str(tvm_ffi.structural_hash(session.contexts[i].mod)),
+                             library.exact.get(t.name) if library is not None else None)
                 for i, t in enumerate(progress.tasks)
             ],
             curve=[point.to_dict() for point in progress.curve],
-            graph=_graph_info(run.model, plan.inventory),
-            schedules=run.library.to_dict() if run.library is not None else None,
+            graph=_graph_info(session.model, plan.inventory),
+            schedules=library.to_dict() if library is not None else None,
         )
 
 
@@ -701,10 +750,23 @@ def _mean_or_none(run_secs: Sequence[float] | None) -> float | None:
     return float(np.mean(run_secs)) if run_secs and not is_failed(run_secs) else None
 
 
-def _kept_default(run: _Run, index: int) -> bool:
+def _kept_default(session: TuneSession, index: int) -> bool:
     """True when the task's best record is its default schedule: no tuned candidate beat the untuned code."""
-    best = run.history.best_record(run.contexts[index].mod, run.target)
+    best = session.history.best_record(session.contexts[index].mod, session.target)
     return best is not None and is_default_trace(best.trace)
+
+
+def _progress_of(plan: TaskPlan, contexts: list[Any], weights: list[float], history: Any, target: Any) -> TuneProgress:
+    """The run's progress record: each task with its weight, FLOPs, history and best so far."""
+    tasks = [
+        TaskProgress(index=i, name=ctx.task_name, weight=w, flops=_task_flops(ctx.mod), previous_trials=n)
+        for i, (ctx, w, n) in enumerate(zip(contexts, weights, plan.previous))
+    ]
+    for ctx, task in zip(contexts, tasks):
+        best = history.best_record(ctx.mod, target)
+        if best is not None:
+            task.best_sec = float(np.mean([float(x) for x in best.run_secs]))
+    return TuneProgress(budget=plan.remaining, tasks=tasks)
 
 
 def _graph_info(model: LoadedModel | None, inventory: KernelInventory | None) -> dict[str, Any] | None:

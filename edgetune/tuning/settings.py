@@ -20,7 +20,7 @@ def check_combined_settings(profile: DeviceProfile) -> None:
     """Settings that are valid one by one but not together fail here, as profile errors."""
     from ..measure.evaluator import AdaptiveEvaluator
     from ..search.early_stop import make_early_stop
-    from ..search.factory import early_stop_params
+    from ..search.strategy import early_stop_params
 
     m = profile.measure
     if m.evaluator == "adaptive":

@@ -85,7 +85,9 @@ class TaskResult:
     best_gflops: float | None
     default_latency_us: float | None = None  # the untuned code of this task, measured as the first candidate
     kept_default: bool = False  # no tuned candidate beat the untuned code: the delivered model keeps it
-    trial_cap: int | None = None  # a minor task (tuning.minor_task_share): at most this many measured
+    # at most this many measured this run: a minor task (tuning.minor_task_share), or what
+    # tuning.max_trials_per_task left of its budget after the records the history held
+    trial_cap: int | None = None
     workload_hash: str = ""  # structural hash of the task's module, as the history stores it (its workload shash)
     # the schedule library's schedule of this exact workload, as measured on this board (None: the task did not start from it)
     library_latency_us: float | None = None

@@ -25,7 +25,7 @@ import tvm_ffi
 
 from edgetune.common.choices import WARM_START_SCOPES
 
-from .store import HistoryStore
+from ..history.store import HistoryStore
 from ..tasks.signature import operator_signature
 
 

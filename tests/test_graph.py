@@ -32,21 +32,44 @@ def test_nhwc_convolutions_compute_the_same() -> None:
     assert convs and all("conv2d_nhwc" in t.dispatched[0].script() for t in convs)
 
 
+@pytest.mark.parametrize("mcpu, block", [("", 4), ("skylake-avx512", 16), ("haswell", 8)])
+def test_blocked_convolutions_compute_the_same(mcpu: str, block: int) -> None:
+    """conv_layout NCHWc: blocked by the target's float32 lanes, lowered to conv2d_NCHWc, same outputs."""
+    from edgetune.tasks.graph import vector_lanes
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, **({"mcpu": mcpu} if mcpu else {})})
+    assert vector_lanes(target) == block
+    model = load_model("demo:resnet18@32")
+    blocked = prepare_graph(model, "NCHWc", "full", target)
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHWc"]
+    assert entry.status == "applied" and f"in NCHW{block}c" in entry.detail, entry
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
+    assert sum("conv2d_NCHWc" in t.task_name for t in tasks) >= 8  # every conv but the 3-channel stem
+    x = model.random_inputs(0)["input"]
+    reference = run(prepare_graph(model, "as-is", "full").mod, x)
+    np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
+
+
 def test_unknown_layout_is_rejected() -> None:
-    with pytest.raises(ValueError, match="conv_layout must be one of as-is, NHWC, got 'NCHW8c' instead"):
+    with pytest.raises(ValueError, match="conv_layout must be one of as-is, NHWC, NCHWc, got 'NCHW8c' instead"):
         prepare_graph(load_model("demo:tiny-cnn"), "NCHW8c")
+    with pytest.raises(ValueError, match="pass the target"):
+        prepare_graph(load_model("demo:tiny-cnn"), "NCHWc")
 
 
 @pytest.mark.integration
-def test_nhwc_run_delivers_a_matching_model(tmp_path: Path, loopback_board) -> None:
+@pytest.mark.parametrize("layout", ["NHWC", "NCHWc"])
+def test_a_converted_layout_run_delivers_a_matching_model(tmp_path: Path, loopback_board, layout: str) -> None:
     from edgetune.board.base import TrackerBoard
     from edgetune.profile import load_profile
     from edgetune.tuning import TuneOptions, run_tune
 
-    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"conv_layout": "NHWC"})
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"conv_layout": layout})
     summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=8, board=TrackerBoard(loopback_board)))
     assert summary.end_to_end.outputs_match
     assert any("conv2d" in t.name for t in summary.tasks) and len(summary.tasks) >= 5  # layout transforms are tasks too
+    if layout == "NCHWc":  # the blocked convolution is what was tuned and delivered
+        assert any("conv2d_NCHWc" in t.name for t in summary.tasks), [t.name for t in summary.tasks]
 
 
 # --------------------------------------------------------------------------- ONNX Runtime-class preparation (issue 26)

@@ -256,7 +256,9 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
                                 tracker=tracker, key=loopback_board.key, trials=3 * built[0].tasks + 6))
     assert any(t.trials_before >= 3 for t in more.tasks)  # so the check below can fail
     for task in more.tasks:
-        assert task.trial_cap == max(0, 3 - task.trials_before) and task.trials_this_run <= task.trial_cap, task
+        # (a minor task's cap, tuning.minor_task_trials, counts the history too, and may be lower)
+        assert task.trial_cap is not None and task.trial_cap <= max(0, 3 - task.trials_before), task
+        assert task.trials_this_run <= task.trial_cap, task
     assert more.trials.this_run < 6  # the spare trials went nowhere
 
 

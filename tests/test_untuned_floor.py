@@ -143,6 +143,14 @@ def test_minor_tasks_leave_the_budget_to_heavy_ones(tmp_path: Path, loopback_boa
         assert task.trial_cap == 2 and task.trials_this_run <= 1 + 2, task  # its default, then at most 2
     assert all(t.trial_cap is None for t in heavy)
     assert sum(t.trials_this_run for t in heavy) > sum(t.trials_this_run for t in minor)
+    # resumed with more trials: a minor task's cap counts its records in the history, so it gets none
+    held = sum(t.trials_before + t.trials_this_run for t in summary.tasks)
+    again = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=held + 4, evaluate=False,
+                                 board=TrackerBoard(loopback_board)))
+    names = {t.name for t in minor}
+    resumed = [t for t in again.tasks if t.name in names]
+    assert resumed and all(t.trial_cap == 0 and t.trials_this_run == 0 for t in resumed), resumed
+    assert again.trials.this_run > 0  # the heavy tasks took the trials
 
 
 @pytest.mark.integration

@@ -117,7 +117,9 @@ def source_from_model(model_spec: str, profile_name: str, db: str | None, out_di
     profile = load_profile(profile_name)
     # the graph and layout the history's records were tuned in (tuning.graph_optimization, conv_layout),
     # or they would not apply
-    model = prepare_graph(load_model(model_spec), profile.tuning.conv_layout, profile.tuning.graph_optimization)
+    model = prepare_graph(
+        load_model(model_spec), profile.tuning.conv_layout, profile.tuning.graph_optimization, profile.tvm_target()
+    )
     target = profile.tvm_target()
     history = None
     if db:

@@ -29,6 +29,13 @@ Convolution + bias + residual add + activation end up in one kernel through
 
 ``tuning.conv_layout`` then converts 2-D convolutions with Relax's
 ``ConvertLayout`` (weights are constants, so their transposes fold away).
+``"NCHWc"`` is the blocked channel layout ONNX Runtime's x86 kernels use,
+blocked by the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4
+otherwise): ``NCHW16c`` data and ``OIHW16i16o`` weights. Relax's
+``LegalizeOps`` has no lowering for a blocked convolution, so this pass lowers
+those itself, to TOPI's ``conv2d_NCHWc``; convolutions whose channels do not
+divide into blocks (a 3-channel stem) and grouped ones stay NCHW, with a
+layout transform between.
 
 A pass that fails on a model is skipped: the model keeps the graph from before
 that pass, and :class:`GraphReport` (written to ``summary.json``) says which
@@ -88,10 +95,15 @@ class GraphReport:
         }
 
 
-def prepare_graph(model: Any, conv_layout: str = "as-is", optimization: str = "full") -> Any:
-    """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how."""
+def prepare_graph(model: Any, conv_layout: str = "as-is", optimization: str = "full", target: Any = None) -> Any:
+    """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how.
+
+    ``target`` (a TVM target) sizes the blocks of ``conv_layout = "NCHWc"``, which needs it.
+    """
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
+    if conv_layout == "NCHWc" and target is None:
+        raise ValueError("conv_layout 'NCHWc' is blocked by the target's vector width: pass the target")
     if optimization not in GRAPH_OPTIMIZATIONS:
         raise ValueError(
             f"graph_optimization must be one of {', '.join(GRAPH_OPTIMIZATIONS)}, got {optimization!r} instead"
@@ -106,7 +118,9 @@ def prepare_graph(model: Any, conv_layout: str = "as-is", optimization: str = "f
             ("decompose-batch-norm", _decompose_batch_norms),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
         ]
-    if conv_layout != "as-is":
+    if conv_layout == "NCHWc":
+        passes.append(("layout-NCHWc", _block_channels(vector_lanes(target), target)))
+    elif conv_layout != "as-is":
         passes.append((f"layout-{conv_layout}", _convert_layout(conv_layout)))
     mod = model.mod
     for name, apply in passes:
@@ -144,6 +158,58 @@ def _convert_layout(layout: str) -> Callable[[tvm.IRModule], tuple[tvm.IRModule,
             relax.transform.FoldConstant(),
         ]
         return tvm.transform.Sequential(passes)(mod), f"{_count_ops(mod, 'relax.nn.conv2d')} convolutions"
+
+    return apply
+
+
+def vector_lanes(target: Any) -> int:
+    """float32 lanes of the target's widest vector unit: 16 (AVX-512), 8 (AVX/AVX2) or 4 (NEON, SSE, unknown)."""
+    from tvm.target import codegen
+
+    try:
+        features = {str(f) for f in codegen.llvm_get_cpu_features(target)}
+    except Exception:  # noqa: BLE001 - an LLVM without this target's backend: assume the narrowest
+        features = set()
+    if "avx512f" in features:
+        return 16
+    if "avx2" in features or "avx" in features:
+        return 8
+    return 4
+
+
+def _block_channels(block: int, target: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
+    """Convolutions to ``NCHW{block}c``/``OIHW{block}i{block}o``, lowered to TOPI's ``conv2d_NCHWc``."""
+    from tvm import topi
+
+    lower_default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
+    blocked = (f"NCHW{block}c", f"OIHW{block}i{block}o")
+
+    def lower(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        attrs = call.attrs
+        if attrs.data_layout == "NCHW":
+            return lower_default(bb, call)
+        if (attrs.data_layout, attrs.kernel_layout) != blocked or attrs.groups != 1:
+            raise ValueError(f"no lowering for a conv2d in {attrs.data_layout}/{attrs.kernel_layout} with {attrs.groups} groups")
+        data, kernel = call.args
+        return bb.call_te(
+            topi.nn.conv2d_NCHWc, data, kernel, attrs.strides, attrs.padding, attrs.dilation,
+            attrs.data_layout, attrs.out_layout or attrs.data_layout, attrs.out_dtype or "float32",
+            primfunc_name_hint="conv2d_NCHWc",
+        )
+
+    def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+        total = _count_ops(mod, "relax.nn.conv2d")
+        with target:
+            converted = tvm.transform.Sequential(
+                [relax.transform.ConvertLayout({"relax.nn.conv2d": list(blocked)}), relax.transform.Normalize(),
+                 relax.transform.FoldConstant()]
+            )(mod)
+            kept = _count_ops(converted, "relax.nn.conv2d", lambda call: call.attrs.data_layout == "NCHW")
+            lowered = tvm.transform.Sequential(
+                [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": lower}),
+                 relax.transform.FoldConstant()]
+            )(converted)
+        return lowered, f"{total - kept} of {total} convolutions in NCHW{block}c"
 
     return apply
 

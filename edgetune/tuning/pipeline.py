@@ -215,7 +215,7 @@ class TuningPipeline:
         model = load_model(self.options.model) if self.components.tasks is None else None
         if model is not None:
             tuning = self.profile.tuning
-            model = prepare_graph(model, tuning.conv_layout, tuning.graph_optimization)
+            model = prepare_graph(model, tuning.conv_layout, tuning.graph_optimization, target)
         return target, model
 
     def make_board(self, out_dir: Path) -> Board:
@@ -580,7 +580,9 @@ class TuningPipeline:
         everything): each task is expected to reach half the profile's peak
         GFLOPS, or to stay at its untuned latency if that is lower, and a task
         whose untuned latency is under ``minor_task_share`` of that expected
-        model is minor. The caps go into ``plan.limits``, which the search reads.
+        model is minor. The caps go into ``plan.limits``, which the search reads;
+        a minor task's cap counts its records in the history, so a resumed run
+        adds nothing to a minor task that has its trials.
         """
         tuning, peak = self.profile.tuning, self.profile.device.peak_gflops
         tasks = [t for t in progress.tasks if t.default_sec is not None]
@@ -595,7 +597,7 @@ class TuningPipeline:
         model = sum(t.weight * expected_sec(t) for t in tasks)
         for task in tasks:
             if model and task.weight * task.default_sec < tuning.minor_task_share * model:
-                plan.limits.set_cap(task.name, tuning.minor_task_trials)
+                plan.limits.set_cap(task.name, max(0, tuning.minor_task_trials - task.previous_trials))
 
     def choose_library(self, target: Any, plan: TaskPlan) -> LibraryChoice:
         """The schedule library (tuning.schedules), said once."""

@@ -18,7 +18,7 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 
 install-test: $(BIN)/python system-deps
-	$(BIN)/python -m pip install --quiet -e ".[test,postgres,torch,meta,opencl,runtime-build]"
+	$(BIN)/python -m pip install --quiet -e ".[test,postgres,torch,meta,opencl,runtime-build,tflite]"
 
 # Debian packages the tests use: a host C++ compiler (links candidates), the
 # aarch64 and armhf cross toolchains (cross-compiled artifacts are checked; the

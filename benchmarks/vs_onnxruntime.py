@@ -22,6 +22,7 @@ Usage::
   python benchmarks/vs_onnxruntime.py --write-results                   # also update RESULTS.md
   python benchmarks/vs_onnxruntime.py --models mobilenetv1 --res 96 --graph-optimization none full   # graphs side by side
   python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 1 2 --schedules off auto   # from the shipped library
+  python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 8 16 --schedules off --conv-layout as-is NCHWc   # layouts
 
 ``demo:mobilenetv1`` keeps BatchNormalization and Clip nodes as Keras/TensorFlow
 exporters emit them; the other demos have batch norms folded in code. With
@@ -64,7 +65,8 @@ def time_interleaved(artifact: Path, onnx_bytes: bytes, inputs: dict[str, Any], 
 
 
 def run_model(
-    name: str, seed: int, per_task: list[int], args: argparse.Namespace, graph: str | None = None, schedules: str | None = None
+    name: str, seed: int, per_task: list[int], args: argparse.Namespace, graph: str | None = None, schedules: str | None = None,
+    layout: str | None = None,
 ) -> list[dict[str, Any]]:
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
@@ -77,11 +79,14 @@ def run_model(
         overrides["graph_optimization"] = graph
     if schedules is not None:
         overrides["schedules"] = schedules
+    if layout is not None:
+        overrides["conv_layout"] = layout
     profile = profile.with_overrides(tuning=overrides)
     model = load_model(spec)
     inputs = {s.name: model.random_inputs(seed=0)[s.name] for s in model.inputs}
     out_dir = args.out / (
         f"{name}-seed{seed}" + (f"-graph-{graph}" if graph else "") + (f"-schedules-{_label(schedules)}" if schedules else "")
+        + (f"-layout-{layout}" if layout else "")
     )
     options = TuneOptions(profile=profile, model=spec, out_dir=out_dir)
     pipeline = TuningPipeline(options)
@@ -95,7 +100,7 @@ def run_model(
         wall = time.monotonic() - started
         timing = time_interleaved(summary.artifact, model.onnx_bytes, inputs, profile.device.num_threads, args.rounds, args.number)
         rows.append({
-            "model": spec, "graph": profile.tuning.graph_optimization, "schedules": _label(profile.tuning.schedules),
+            "model": spec, "graph": profile.tuning.graph_optimization, "conv_layout": profile.tuning.conv_layout, "schedules": _label(profile.tuning.schedules),
             "library_used": bool(summary.schedules and summary.schedules.get("used")),
             "library_tasks": sum(t.library_latency_us is not None for t in summary.tasks),
             "seed": seed, "per_task": per, "tasks": n_tasks,
@@ -130,9 +135,12 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
     per_task = sorted({r["per_task"] for r in rows})
     seeds = sorted({r["seed"] for r in rows})
     graphs = sorted({r.get("graph", "-") for r in rows})
-    variants = sorted({(r.get("graph", "-"), r.get("schedules", "-")) for r in rows})
+    variants = sorted({(_graph_cell(r), r.get("schedules", "-")) for r in rows})
+    layouts = {r.get("conv_layout", "as-is") for r in rows}
     lines = [
-        "## edgetune vs ONNX Runtime: tunes that start from the schedule library (issue 27)"
+        "## edgetune vs ONNX Runtime: convolution layouts side by side at equal trials (issue 26)"
+        if len(layouts) > 1
+        else "## edgetune vs ONNX Runtime: tunes that start from the schedule library (issue 27)"
         if any(v[1] not in ("-", "None") for v in variants)
         else "## edgetune vs ONNX Runtime on the same CPU (issue 13)" if len(graphs) < 2
         else "## edgetune vs ONNX Runtime: the graph as imported against the prepared graph (issue 26)",
@@ -146,6 +154,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         + (f" --res {args.res}" if args.res else "") + (f" --cost-model {args.cost_model}" if args.cost_model else "")
         + (f" --graph-optimization {' '.join(g for g in args.graph_optimization if g)}" if any(args.graph_optimization) else "")
         + (f" --schedules {' '.join(s for s in args.schedules if s)}" if any(args.schedules) else "")
+        + (f" --conv-layout {' '.join(x for x in args.conv_layout if x)}" if any(args.conv_layout) else "")
         + " --write-results`",
         "",
         f"Each model tuned by `run_tune` with profile `{args.profile}` (what `edgetune tune` runs), budgets resumed "
@@ -154,7 +163,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         "(below 1: edgetune faster). Max rel diff = max |tvm - ort| / max |ort| on one input.",
         "",
         "On the board = the tuned model as `edgetune tune` measured it on its (loopback) board, alone, without ONNX "
-        "Runtime in the process. Graph = `tuning.graph_optimization`. Kernels = sum over tasks of weight x best latency as measured while tuning; "
+        "Runtime in the process. Graph = `tuning.graph_optimization` (and `tuning.conv_layout` when not as-is). Kernels = sum over tasks of weight x best latency as measured while tuning; "
         "whole / kernels = the tuned model on the board over that sum (above 1: time outside the kernels). Load = 1-minute "
         "load average before / after the row.",
         "",
@@ -169,7 +178,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         overhead = f"{r['tuned_ms_on_board'] / kernels:.2f}" if kernels else "-"
         load = f"{r['load_before']:.2f} / {r['load_after']:.2f}" if "load_before" in r else "-"
         lines.append(
-            f"| {r['model']} (seed {r['seed']}) | {r.get('graph', '-')} | {_library_cell(r)} | {r['tasks']} | {r['per_task']} | {r['trials']} | "
+            f"| {r['model']} (seed {r['seed']}) | {_graph_cell(r)} | {_library_cell(r)} | {r['tasks']} | {r['per_task']} | {r['trials']} | "
             f"{r['tune_wall_s']:.0f} | {r['untuned_ms']:.3f} | {r['tvm_ms']:.3f} | {r['tuned_ms_on_board']:.3f} | "
             f"{kernels or 0:.3f} | {overhead} | "
             f"{r['ort_ms']:.3f} | {r['ratio']:.2f} | {r['max_rel_diff']:.1e} | {len(r['kept_default'])} | {load} |"
@@ -185,7 +194,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
             for seed in seeds:
                 ratios = {
                     r["model"]: r["ratio"] for r in rows
-                    if r["per_task"] == per and r["seed"] == seed and r.get("graph", "-") == graph
+                    if r["per_task"] == per and r["seed"] == seed and _graph_cell(r) == graph
                     and r.get("schedules", "-") == library
                 }
                 if ratios:
@@ -198,6 +207,11 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
                     f"{worst[0]} {worst[1]:.2f} |"
                 )
     return "\n".join(lines)
+
+
+def _graph_cell(row: dict[str, Any]) -> str:
+    layout = row.get("conv_layout", "as-is")
+    return row.get("graph", "-") + ("" if layout == "as-is" else f", {layout}")
 
 
 def _library_cell(row: dict[str, Any]) -> str:
@@ -223,6 +237,10 @@ def main() -> int:
         help="tune each model once per tuning.schedules setting (off, auto or a library file), side by side; "
         "default: the profile's",
     )
+    parser.add_argument(
+        "--conv-layout", nargs="+", default=[None], choices=["as-is", "NHWC", "NCHWc"],
+        help="tune each model once per tuning.conv_layout, side by side; default: the profile's",
+    )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/vs-onnxruntime"))
@@ -247,7 +265,8 @@ def main() -> int:
             for name in args.models:
                 for graph in args.graph_optimization:
                     for schedules in args.schedules:
-                        rows += run_model(name, seed, args.per_task, args, graph, schedules)
+                        for layout in args.conv_layout:
+                            rows += run_model(name, seed, args.per_task, args, graph, schedules, layout)
                 if args.raw:
                     args.raw.write_text(json.dumps(rows, indent=1))
         text = report(rows, args, (load_start, os.getloadavg()[0]))
@@ -258,6 +277,7 @@ def main() -> int:
 
         write_section(
             text, MARK + ("_graph" if len(args.graph_optimization) > 1 else "") + ("_library" if any(args.schedules) else "")
+            + ("_layout" if len(args.conv_layout) > 1 else "")
         )
     return 0
 

@@ -68,7 +68,6 @@ def tune_options(
     (``{"tuning": {"num_trials_per_iter": 8}}``), validated like the file.
     """
     from .profile import DeviceProfile, load_profile
-    from .tuning import TuneOptions
 
     unknown = sorted(set(flags) - set(PROFILE_FLAGS))
     if unknown:
@@ -95,6 +94,8 @@ def tune_options(
             sections.setdefault(flag.section, {})[flag.key] = value
     if sections:
         loaded = loaded.with_overrides(**sections)
+    from .tuning import TuneOptions  # TVM: imported once the options are known to be valid
+
     return TuneOptions(
         profile=loaded,
         model=model,

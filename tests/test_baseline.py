@@ -47,8 +47,10 @@ def test_a_baseline_off_the_embedded_board_is_one_line_and_the_tune_is_kept(tmp_
 
 
 def test_a_missing_runtime_or_a_model_without_onnx_is_one_line(monkeypatch, tmp_path) -> None:
-    no_onnx = compare_with_baseline("onnxruntime", tmp_path / "model.so", None, {}, 1)
-    assert no_onnx.error == "needs the model as ONNX; this model was given as a PyTorch program"
+    no_onnx = compare_with_baseline("onnxruntime", tmp_path / "model.so", None, {}, 1, given_as="pt2")
+    assert no_onnx.error == "runs an ONNX file; this model was given as a PyTorch program (.pt2)"
+    no_tflite = compare_with_baseline("litert", tmp_path / "model.so", None, {}, 1, given_as="onnx")
+    assert no_tflite.line() == "baseline LiteRT: runs a .tflite file; this model was given as an ONNX file"
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now fails
     missing = compare_with_baseline("onnxruntime", tmp_path / "model.so", b"onnx", {}, 1)
     assert missing.error == "not installed here (pip install onnxruntime)" and missing.speedup is None

@@ -112,3 +112,24 @@ def test_help_teaches():
     assert result.returncode == 0
     for needle in ("--profile", "--tracker", "resume", "demo:resnet18", "examples:"):
         assert needle in result.stdout
+
+
+def test_help_and_bad_options_answer_without_importing_tvm():
+    """``--help`` and an option error come back at once: TVM (seconds to import) is imported only for real work."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from edgetune.cli import main\n"
+        "for argv in (['tune', '--profile', 'nosuch', '--model', 'demo:tiny-cnn'], ['tune', '--profile', 'host', '--trials', '-1', '--model', 'demo:tiny-cnn'],"
+        " ['--help'], ['db', '--help'], ['schedules', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('tvm imported' if 'tvm' in sys.modules else 'no tvm')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip().splitlines()[-1] == "no tvm", result.stdout[-2000:] + result.stderr[-2000:]
+    assert "unknown profile 'nosuch'" in result.stderr and "--trials must be >= 0, got -1 instead" in result.stderr

@@ -262,7 +262,7 @@ def test_suggested_settings_are_applied_per_task_type(tmp_path, loopback_board):
     assert shown.returncode == 0 and "conv2d_nchw" in shown.stdout, shown.stdout + shown.stderr
     assert "kmeans_distance_ratio" in shown.stdout
     # fixed early stop: the suggestion is a hard cap per task, easy to check
-    second = run_cli(*base, "--trials", "100", "--suggested", "--early-stop", "fixed")  # 60 new
+    second = run_cli(*base, "--trials", "70", "--suggested", "--early-stop", "fixed")  # 30 new
     assert second.returncode == 0, second.stderr[-3000:]
     assert "--suggested:" in second.stderr  # the run says which types got what
     assert "--suggested:" in second.stdout  # and repeats it in the final report

@@ -2,7 +2,8 @@
 
 A deployment engineer tunes only if the tuned model beats what they run
 today. :func:`compare_with_baseline` loads the delivered ``model.so`` and the
-same model in the baseline runtime (ONNX Runtime) in one process and times
+same model file in the baseline runtime (ONNX Runtime for an ONNX model,
+LiteRT with its XNNPACK CPU kernels for a ``.tflite`` one) in one process and times
 them in interleaved rounds: each round TVM's ``time_evaluator`` over
 ``number`` calls, then the baseline over as many calls; the medians over
 rounds are compared, and the outputs are compared on the same input.
@@ -65,71 +66,109 @@ class BaselineResult:
 
 
 #: how each baseline runtime is named to a user
-RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime"}
+RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime", "litert": "LiteRT"}
+#: the model file each runtime runs (a :class:`~edgetune.tasks.models.LoadedModel`'s ``format``)
+RUNTIME_FORMATS = {"onnxruntime": "onnx", "litert": "tflite"}
+#: how a model format is named to a user
+FORMAT_NAMES = {"onnx": "an ONNX file", "tflite": "a .tflite file", "pt2": "a PyTorch program (.pt2)"}
+_INSTALL = {"onnxruntime": "pip install onnxruntime", "litert": "pip install ai-edge-litert"}
 
 
 def compare_with_baseline(
     runtime: str,
     artifact: str | os.PathLike[str],
-    onnx_bytes: bytes | None,
+    model_bytes: bytes | None,
     inputs: Mapping[str, Any],
     threads: int,
     *,
     rounds: int = 15,
     number: int = 10,
     allow_spinning: bool = False,
+    given_as: str = "",
 ) -> BaselineResult:
     """Time ``artifact`` (a compiled Relax module) and ``runtime`` on the same ``inputs`` in interleaved rounds.
 
-    ``allow_spinning=True`` leaves ONNX Runtime's threads spinning between runs (its default; unfair on a
-    machine without spare cores). Never raises for a missing runtime or model: the result's ``error`` says why.
+    ``model_bytes`` is the model file in the runtime's format (:data:`RUNTIME_FORMATS`; None: the model was
+    given in another, named by ``given_as``). ``allow_spinning=True`` leaves ONNX Runtime's threads spinning
+    between runs (its default; unfair on a machine without spare cores). Never raises for a missing runtime
+    or model: the result's ``error`` says why.
     """
-    if runtime != "onnxruntime":
+    if runtime not in RUNTIME_NAMES:
         return BaselineResult(runtime, error=f"must be one of {', '.join(RUNTIME_NAMES)}, got {runtime!r} instead")
-    if onnx_bytes is None:
-        return BaselineResult(runtime, error="needs the model as ONNX; this model was given as a PyTorch program")
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return BaselineResult(runtime, error="not installed here (pip install onnxruntime)")
+    if model_bytes is None:
+        given = f"; this model was given as {FORMAT_NAMES.get(given_as, given_as)}" if given_as else ""
+        return BaselineResult(runtime, error=f"runs {FORMAT_NAMES[RUNTIME_FORMATS[runtime]]}{given}")
+    loaded = _load(runtime, model_bytes, threads, allow_spinning)
+    if isinstance(loaded, BaselineResult):
+        return loaded
+    version, run = loaded
     import numpy as np
     import tvm
     from tvm import relax
 
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's thread pool starts in this process
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    spinning = "1" if allow_spinning else "0"
-    options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
-    options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
-    try:
-        session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
-    except Exception as error:  # noqa: BLE001 - ONNX Runtime's own errors: an operator it lacks, a bad file
-        return BaselineResult(runtime, ort.__version__, error=f"cannot load the model: {str(error).splitlines()[0]}")
     feed = {name: np.asarray(value) for name, value in inputs.items()}
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(Path(artifact))), tvm.cpu())
     args = [tvm.runtime.tensor(value) for value in feed.values()]
     out = vm["main"](*args)
     ours = (out if hasattr(out, "numpy") else out[0]).numpy()  # a tensor, or a tuple of them
-    theirs = session.run(None, feed)[0]
+    theirs = run(feed)
     rel = float(np.abs(ours - theirs).max() / max(float(np.abs(theirs).max()), 1e-30))
     timer = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
     for _ in range(2):  # warm-up: thread pools, caches
         timer(*args)
-        session.run(None, feed)
+        run(feed)
     tuned_ms, baseline_ms = [], []
     for _ in range(rounds):
         tuned_ms.append(timer(*args).mean * 1e3)
         started = time.perf_counter()
         for _ in range(number):
-            session.run(None, feed)
+            run(feed)
         baseline_ms.append((time.perf_counter() - started) / number * 1e3)
     return BaselineResult(
-        runtime, ort.__version__,
+        runtime, version,
         baseline_ms=statistics.median(baseline_ms), tuned_ms=statistics.median(tuned_ms),
         baseline_spread_ms=(min(baseline_ms), max(baseline_ms)), tuned_spread_ms=(min(tuned_ms), max(tuned_ms)),
         max_rel_diff=rel, outputs_match=rel <= OUTPUT_RTOL,
-        protocol=f"{rounds} interleaved rounds of {number} calls, {threads} threads, median; "
-        f"ONNX Runtime spinning {'on' if allow_spinning else 'off'}",
+        protocol=f"{rounds} interleaved rounds of {number} calls, {threads} threads, median"
+        + (f"; ONNX Runtime spinning {'on' if allow_spinning else 'off'}" if runtime == "onnxruntime" else "; XNNPACK"),
     )
+
+
+def _load(runtime: str, model_bytes: bytes, threads: int, allow_spinning: bool) -> tuple[str, Any] | BaselineResult:
+    """(version, run(feed) -> first output) of the model in ``runtime``, or the result saying why it cannot run."""
+    import numpy as np
+
+    try:
+        if runtime == "onnxruntime":
+            import onnxruntime as engine
+        else:
+            import ai_edge_litert as engine
+            from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        return BaselineResult(runtime, error=f"not installed here ({_INSTALL[runtime]})")
+    version = str(getattr(engine, "__version__", ""))
+    try:
+        if runtime == "onnxruntime":
+            options = engine.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            spinning = "1" if allow_spinning else "0"
+            options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+            options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+            session = engine.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+            return version, lambda feed: session.run(None, feed)[0]
+        interpreter = Interpreter(model_content=model_bytes, num_threads=threads)
+        interpreter.allocate_tensors()
+    except Exception as error:  # noqa: BLE001 - the runtime's own errors: an operator it lacks, a bad file
+        return BaselineResult(runtime, version, error=f"cannot load the model: {str(error).strip().splitlines()[0]}")
+    slots = {detail["name"]: detail["index"] for detail in interpreter.get_input_details()}
+    output = interpreter.get_output_details()[0]["index"]
+
+    def invoke(feed: Mapping[str, Any]) -> Any:
+        for name, value in feed.items():
+            interpreter.set_tensor(slots[name], np.asarray(value))
+        interpreter.invoke()
+        return interpreter.get_tensor(output)
+
+    return version, invoke

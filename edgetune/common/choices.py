@@ -30,7 +30,7 @@ CONV_LAYOUTS = ("as-is", "NHWC", "NCHWc")
 #: "full" folds batch norms and constants, "none" tunes the graph as the frontend imported it.
 GRAPH_OPTIMIZATIONS = ("full", "none")
 #: tuning.baseline: the runtime the delivered model is timed against after a tune (edgetune/artifact/baseline.py)
-BASELINES = ("none", "onnxruntime")
+BASELINES = ("none", "onnxruntime", "litert")
 #: MetaSchedule search strategies.
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
 #: Task schedulers: MetaSchedule's own two, then edgetune's (search.scheduler).

@@ -1,47 +1,32 @@
-"""Tuning history: every measurement, kept in SQL and usable as a MetaSchedule database."""
+"""Tuning history: every measurement, kept in SQL and usable as a MetaSchedule database.
 
-from edgetune.history.database import HistoryDatabase, open_history
-from edgetune.history.maintenance import (
-    GroupStats,
-    dedupe,
-    export_history,
-    history_stats,
-    import_history,
-    prune,
-)
-from edgetune.history.migrate import UpgradeResult, upgrade_history
-from edgetune.history.schema import SCHEMA_VERSION
-from edgetune.history.store import (
-    BulkStore,
-    ClaimStore,
-    DedupeResult,
-    HistoryStore,
-    ImportResult,
-    PruneResult,
-    RecordGroup,
-    RecordSummary,
-    StoredWorkload,
-)
+The exports are imported on first use (:mod:`edgetune.common.lazy`): the CLI builds
+its ``db`` parser from this package without importing TVM.
+"""
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "BulkStore",
-    "ClaimStore",
-    "DedupeResult",
-    "GroupStats",
-    "HistoryDatabase",
-    "HistoryStore",
-    "ImportResult",
-    "PruneResult",
-    "RecordGroup",
-    "RecordSummary",
-    "StoredWorkload",
-    "UpgradeResult",
-    "dedupe",
-    "export_history",
-    "history_stats",
-    "import_history",
-    "open_history",
-    "prune",
-    "upgrade_history",
-]
+from edgetune.common.lazy import lazy_exports
+
+_EXPORTS = {
+    "HistoryDatabase": "database",
+    "open_history": "database",
+    "GroupStats": "maintenance",
+    "dedupe": "maintenance",
+    "export_history": "maintenance",
+    "history_stats": "maintenance",
+    "import_history": "maintenance",
+    "prune": "maintenance",
+    "UpgradeResult": "migrate",
+    "upgrade_history": "migrate",
+    "SCHEMA_VERSION": "schema",
+    "BulkStore": "store",
+    "ClaimStore": "store",
+    "DedupeResult": "store",
+    "HistoryStore": "store",
+    "ImportResult": "store",
+    "PruneResult": "store",
+    "RecordGroup": "store",
+    "RecordSummary": "store",
+    "StoredWorkload": "store",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

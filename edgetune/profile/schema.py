@@ -122,6 +122,25 @@ def _string(choices: tuple[str, ...] = (), default: Any = None) -> _Spec:
     return _Spec(expected, convert, default, choices=choices, type=str)
 
 
+def _name_list(choices: tuple[str, ...], none: str, default: Any = None) -> _Spec:
+    """Comma-separated names from ``choices`` (no repeats), or ``none`` alone: kept as the canonical string."""
+
+    def convert(value: Any) -> str:
+        if not isinstance(value, str):
+            raise _Mismatch
+        names = [name.strip() for name in value.split(",")]
+        if names == [none]:
+            return none
+        unknown = [name for name in names if name not in choices]
+        if unknown or len(set(names)) != len(names):
+            close = difflib.get_close_matches(unknown[0], choices, n=1) if unknown else []
+            raise _Mismatch(f" (did you mean '{close[0]}'?)" if close else "")
+        return ",".join(names)
+
+    expected = f"'{none}' or a comma-separated list of " + ", ".join(f"'{c}'" for c in choices)
+    return _Spec(expected, convert, default, type=str)
+
+
 def _nonempty_string(default: Any = None) -> _Spec:
     def convert(value: Any) -> str:
         if not isinstance(value, str) or not value:
@@ -316,9 +335,10 @@ class TuningSettings:
     )
     # after the tune, the same model in the runtime a user would otherwise run, timed beside the delivered one
     baseline: str = declare(
-        _string(BASELINES), "none",
-        flag="after tuning, time the same model in this runtime beside the delivered one, on this machine, same "
-        "threads and input (the embedded board only, so far): onnxruntime, or none (default)",
+        _name_list(tuple(b for b in BASELINES if b != "none"), "none"), "none",
+        flag="after tuning, time the same model file in these runtimes beside the delivered one, on this machine, "
+        "same threads and input (the embedded board only, so far): onnxruntime (an ONNX model), litert (a .tflite "
+        "model), both comma-separated, or none (default)",
     )
     minor_task_share: float = declare(_number(at_least=0), 0.01)
     minor_task_trials: int = declare(_integer(1), 2)

@@ -54,7 +54,9 @@ def render_page(data: RunData, plots: Sequence[Plot]) -> str:
         _sessions_table(data.sessions),
     ]
     by_name = {plot.name: plot for plot in plots}
-    for name in ("latency", "tasks"):
+    for name in ("latency", "baselines", "tasks"):
+        if name == "baselines" and not (summary.end_to_end and summary.end_to_end.baselines):
+            continue  # no baseline was asked for: nothing to say
         parts.append(_figure(by_name[name]))
         if name == "tasks":
             parts.append(_tasks_table(summary))

@@ -243,3 +243,33 @@ def _mark_measurement_sessions(ax: Any, lines: list[dict[str, Any]]) -> None:
         if session is not None and previous is not None and session != previous:
             _session_line(ax, index - 0.5, f"S{session}")
         previous = session if session is not None else previous
+
+
+def baselines_figure(data: RunData) -> Figure | None:
+    """(5) The delivered model against what the user would run instead: untuned, each baseline runtime, tuned."""
+    e2e = data.summary.end_to_end
+    timed = [b for b in (e2e.baselines if e2e else []) if b.get("baseline_ms") and b.get("tuned_ms")]
+    if e2e is None or not timed:
+        return None
+    from ..artifact.baseline import RUNTIME_NAMES
+
+    bars: list[tuple[str, float, str]] = []
+    if e2e.untuned_latency:
+        bars.append(("untuned\n(on the board)", e2e.untuned_ms, "0.65"))
+    for baseline in timed:
+        bars.append((RUNTIME_NAMES.get(baseline["runtime"], baseline["runtime"]) + "\n(interleaved)", baseline["baseline_ms"], "tab:orange"))
+    # the tuned model as timed beside each baseline: one bar per comparison when there are several
+    for baseline in timed:
+        label = "tuned\n(beside " + RUNTIME_NAMES.get(baseline["runtime"], baseline["runtime"]) + ")" if len(timed) > 1 else "tuned\n(interleaved)"
+        bars.append((label, baseline["tuned_ms"], "tab:green"))
+    figure = _new_figure(max(5.0, 1.6 * len(bars)), 3.6)
+    ax = figure.add_subplot()
+    positions = range(len(bars))
+    ax.bar(positions, [value for _label, value, _c in bars], color=[c for _label, _v, c in bars])
+    for x, (_label, value, _c) in zip(positions, bars):
+        ax.annotate(f"{value:.3g} ms", (x, value), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(positions), [label for label, _v, _c in bars], fontsize=8)
+    ax.set_ylabel("latency (ms), lower is better")
+    _log_if_wide(ax, [value for _label, value, _c in bars])
+    return figure
+

@@ -35,6 +35,12 @@ CAPTIONS = {
         "host's CPU, timing overlaps the next batch's search and build, so the parts can add up to more than the "
         "wall clock.",
     ),
+    "baselines": (
+        "Against what you would run instead",
+        "The whole model untuned (as measured on the board after the tune), in each baseline runtime "
+        "(tuning.baseline) and tuned, the last two timed in one process on the same input and threads in "
+        "interleaved rounds (medians; edgetune/artifact/baseline.py). Lower is better.",
+    ),
     "runs": (
         "Evaluator: runs per candidate",
         "How many timed runs the adaptive evaluator spent on each candidate: it stops once the throughput's "
@@ -54,6 +60,7 @@ def draw_plots(data: RunData, plots_dir: Path) -> list[Plot]:
         "tasks": figures.tasks_figure,
         "time": figures.time_figure,
         "runs": figures.runs_figure,
+        "baselines": figures.baselines_figure,
     }
     plots = []
     for name, make in makers.items():
@@ -80,6 +87,12 @@ def _why_missing(name: str, data: RunData) -> str:
         return "the history holds no measurement of this model's tasks"
     if name == "time":
         return "no session summary records its timings"
+    if name == "baselines":
+        e2e = data.summary.end_to_end
+        asked = e2e.baselines if e2e else []
+        if not asked:
+            return "no baseline runtime was asked for (--baseline onnxruntime or litert)"
+        return "no baseline could run: " + "; ".join(f"{b.get('runtime')}: {b.get('error')}" for b in asked)
     measurement = data.summary.measurement or {}
     if measurement.get("evaluator") == "fixed":
         return (

@@ -41,6 +41,10 @@ DEMO_PREFIX = "demo:"
 PT2_SUFFIX = ".pt2"
 #: how to get torch when a ``.pt2`` model is given without it
 TORCH_EXTRA = "pip install 'edgetune[torch]'"
+TFLITE_SUFFIX = ".tflite"
+TFLITE_EXTRA = "pip install 'edgetune[tflite]'"
+#: TFLite tensor types the importer takes (TensorType enum of the schema -> numpy dtype)
+_TFLITE_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 9: "int8"}
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,15 @@ class LoadedModel:
     inputs: list[InputSpec]
     mod: tvm.IRModule
     data: bytes
-    format: str = "onnx"  # "onnx" or "pt2"
+    format: str = "onnx"  # "onnx", "pt2" or "tflite"
     graph: Any = None  # what edgetune.tasks.graph.prepare_graph did to ``mod`` (a GraphReport); None: as imported
     _reference_vm: relax.VirtualMachine | None = field(
         default=None, init=False, repr=False, compare=False
     )
+
+    def bytes_for(self, runtime_format: str) -> bytes | None:
+        """The model file in ``runtime_format`` ("onnx", "tflite"), or None when it was given in another."""
+        return self.data if self.format == runtime_format else None
 
     @property
     def onnx_bytes(self) -> bytes:
@@ -126,7 +134,7 @@ def _flatten_outputs(value: Any) -> list[np.ndarray]:
 
 
 def load_model(spec: str) -> LoadedModel:
-    """Load ``demo:NAME[@RES]``, an ONNX file or a ``.pt2`` file; every failure is a one-line ModelError."""
+    """Load ``demo:NAME[@RES]``, an ONNX file, a ``.pt2`` or a ``.tflite`` file; every failure is a one-line ModelError."""
     if spec.startswith(DEMO_PREFIX):
         name, res = _parse_demo_spec(spec)
         model = build_demo(name, res)
@@ -137,6 +145,8 @@ def load_model(spec: str) -> LoadedModel:
         name = path.stem
         if path.suffix.lower() == PT2_SUFFIX:
             return _load_exported_program(path, spec)
+        if path.suffix.lower() == TFLITE_SUFFIX:
+            return _load_tflite(path, spec)
         model, data = _read_onnx(path, spec)
         label = f"'{spec}'"
     inputs = _input_specs(model, label)
@@ -230,6 +240,49 @@ def _input_specs(model: onnx.ModelProto, label: str) -> list[InputSpec]:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
         specs.append(InputSpec(value.name, tuple(int(d) for d in dims), str(dtype)))
     return specs
+
+
+def _load_tflite(path: Path, spec: str) -> LoadedModel:
+    """A TensorFlow Lite flatbuffer through TVM's Relax TFLite frontend (the ``tflite`` parser package)."""
+    label = f"'{spec}'"
+    data = _read_bytes(path, spec)
+    try:
+        import tflite
+        from tvm.relax.frontend.tflite import from_tflite
+    except ImportError:
+        raise ModelError(
+            f"{label} is a TensorFlow Lite model: reading it needs the tflite package, which is not installed; "
+            f"install it with: {TFLITE_EXTRA}"
+        ) from None
+    if data[4:8] != b"TFL3":
+        raise ModelError(f"{label} is not a TensorFlow Lite model: no TFL3 flatbuffer identifier")
+    try:
+        model = tflite.Model.GetRootAsModel(data, 0)
+        graph = model.Subgraphs(0)
+        inputs = []
+        for position in range(graph.InputsLength()):
+            tensor = graph.Tensors(graph.Inputs(position))
+            name = tensor.Name().decode()
+            if tensor.Type() not in _TFLITE_TYPES:
+                raise ModelError(f"{label}: input '{name}' has TFLite tensor type {tensor.Type()}, which edgetune does not feed")
+            shape = tuple(int(d) for d in tensor.ShapeAsNumpy())
+            inputs.append(InputSpec(name, shape, _TFLITE_TYPES[tensor.Type()]))
+    except ModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged flatbuffer fails anywhere in the generated reader
+        raise ModelError(f"{label} is not a readable TensorFlow Lite model: {_first_line(exc)}") from exc
+    if any(d <= 0 for spec_ in inputs for d in spec_.shape):
+        raise ModelError(f"{label}: dynamic input shapes are not supported; tasks are shape-specific")
+    try:
+        mod = from_tflite(model, {i.name: i.shape for i in inputs}, {i.name: i.dtype for i in inputs})
+    except Exception as exc:  # noqa: BLE001 - the frontend raises anything: an operator or quantization it lacks
+        raise ModelError(f"{label}: TVM {tvm.__version__} cannot import the TensorFlow Lite model: {_first_line(exc)}") from exc
+    # the frontend also lists the weights in an attribute of main, beside the constants it uses: one copy is enough
+    mod["main"] = mod["main"].without_attr("params")
+    return LoadedModel(
+        name=path.stem, source=spec, sha256=hashlib.sha256(data).hexdigest(), inputs=inputs, mod=mod, data=data,
+        format="tflite",
+    )
 
 
 def _load_exported_program(path: Path, spec: str) -> LoadedModel:

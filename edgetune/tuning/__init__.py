@@ -7,31 +7,31 @@
 * :mod:`.progress`: progress state and the :class:`ProgressSink` the CLI renders.
 * :mod:`.callbacks`, :mod:`.cache`, :mod:`.signals`, :mod:`.settings`,
   :mod:`.evaluate`: the pieces the pipeline is made of.
+
+The exports are imported on first use (:mod:`edgetune.common.lazy`), so that the
+CLI's progress display imports no TVM before a run starts.
 """
 
-from edgetune.tuning.cache import CandidateCache
-from edgetune.tuning.evaluate import ARTIFACT_NAME, UNTUNED_ARTIFACT_NAME
-from edgetune.tuning.pipeline import Components, TaskPlan, TuneOptions, TuningPipeline, run_tune
-from edgetune.tuning.progress import CurvePoint, ProgressSink, TaskProgress, TuneProgress
-from edgetune.tuning.settings import MEASUREMENT_LOG
-from edgetune.tuning.summary import SUMMARY_NAME, EndToEnd, TaskResult, TuneSummary
+from edgetune.common.lazy import lazy_exports
 
-__all__ = [
-    "ARTIFACT_NAME",
-    "MEASUREMENT_LOG",
-    "SUMMARY_NAME",
-    "UNTUNED_ARTIFACT_NAME",
-    "CandidateCache",
-    "Components",
-    "CurvePoint",
-    "EndToEnd",
-    "ProgressSink",
-    "TaskPlan",
-    "TaskProgress",
-    "TaskResult",
-    "TuneOptions",
-    "TuneProgress",
-    "TuneSummary",
-    "TuningPipeline",
-    "run_tune",
-]
+_EXPORTS = {
+    "CandidateCache": "cache",
+    "ARTIFACT_NAME": "evaluate",
+    "UNTUNED_ARTIFACT_NAME": "evaluate",
+    "Components": "pipeline",
+    "TaskPlan": "pipeline",
+    "TuneOptions": "pipeline",
+    "TuningPipeline": "pipeline",
+    "run_tune": "pipeline",
+    "CurvePoint": "progress",
+    "ProgressSink": "progress",
+    "TaskProgress": "progress",
+    "TuneProgress": "progress",
+    "MEASUREMENT_LOG": "settings",
+    "SUMMARY_NAME": "summary",
+    "EndToEnd": "summary",
+    "TaskResult": "summary",
+    "TuneSummary": "summary",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

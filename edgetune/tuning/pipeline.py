@@ -32,7 +32,7 @@ import tvm_ffi
 
 from ..common.run_dir import RunDir
 from .._version import __version__
-from ..artifact.baseline import RUNTIME_NAMES, BaselineResult, compare_with_baseline
+from ..artifact.baseline import RUNTIME_FORMATS, RUNTIME_NAMES, BaselineResult, compare_with_baseline
 from ..board.base import Board, EmbeddedBoard
 from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import BuildStats, WarmBuilder
@@ -444,8 +444,10 @@ class TuningPipeline:
                 self.sink.on_phase(session.progress)
                 summary.end_to_end = evaluate_end_to_end(model, self.profile, target, history, address, out_dir)
                 summary.end_to_end.tuned_kernels_ms = summary.kernels_ms()
-                if self.profile.tuning.baseline != "none":
-                    summary.end_to_end.baselines = [self.time_baseline(session, model, summary.end_to_end.artifact).to_dict()]
+                runtimes = [name for name in self.profile.tuning.baseline.split(",") if name != "none"]
+                summary.end_to_end.baselines = [
+                    self.time_baseline(session, model, summary.end_to_end.artifact, runtime).to_dict() for runtime in runtimes
+                ]
             summary.write(out_dir)
             append_session(out_dir, summary)
             return summary
@@ -656,15 +658,16 @@ class TuningPipeline:
         self.sink.on_phase(progress)
         return len(measured)
 
-    def time_baseline(self, session: TuneSession, model: LoadedModel, artifact: str) -> BaselineResult:
-        """tuning.baseline: the same model in that runtime beside ``model.so``, on this machine; never fails the tune."""
-        runtime = self.profile.tuning.baseline
+    def time_baseline(self, session: TuneSession, model: LoadedModel, artifact: str, runtime: str) -> BaselineResult:
+        """One runtime of tuning.baseline: the same model file beside ``model.so``, on this machine; never fails the tune."""
         if not isinstance(session.board, EmbeddedBoard):
             return BaselineResult(runtime, error=f"runs only on the embedded board (this machine) so far, not on {session.board.label}")
         session.progress.phase = f"timing {RUNTIME_NAMES.get(runtime, runtime)} beside the tuned model on this machine"
         self.sink.on_phase(session.progress)
-        onnx = model.onnx_bytes if model.format == "onnx" else None
-        return compare_with_baseline(runtime, artifact, onnx, model.random_inputs(seed=0), self.profile.device.num_threads)
+        return compare_with_baseline(
+            runtime, artifact, model.bytes_for(RUNTIME_FORMATS[runtime]), model.random_inputs(seed=0),
+            self.profile.device.num_threads, given_as=model.format,
+        )
 
     def summarize(self, plan: TaskPlan, session: TuneSession, outcome: TuneOutcome) -> TuneSummary:
         tuning, progress = self.profile.tuning, session.progress

@@ -1,0 +1,218 @@
+"""Small TensorFlow Lite models written by the tests themselves (no TensorFlow, no downloads).
+
+A ``.tflite`` file is a FlatBuffer of the TFLite schema; the ``tflite`` package
+(``edgetune[tflite]``) ships the schema's generated Python builders, and
+:func:`write_model` uses them to lay out buffers, tensors, operators and one
+subgraph. Recipe for another model: add its constant tensors with
+:meth:`_Graph.const`, its activations with :meth:`_Graph.tensor`, and its
+operators with :meth:`_Graph.op` (builtin code, option table), then
+:meth:`_Graph.finish`. LiteRT (``ai-edge-litert``) runs the result, which is how
+the tests check that the file is a valid model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+def _schema(table: str) -> Any:
+    """The generated module of one schema table (the package's attribute of that name is the class)."""
+    return importlib.import_module(f"tflite.{table}")
+
+
+class _Graph:
+    """One subgraph being written: tensors (with their buffers) and operators."""
+
+    def __init__(self) -> None:
+        import flatbuffers
+
+        self.builder = flatbuffers.Builder(4096)
+        self.buffers: list[bytes] = [b""]  # buffer 0: the empty sentinel every model has
+        self.tensors: list[tuple[str, tuple[int, ...], int, int]] = []  # name, shape, type, buffer
+        self.ops: list[tuple[int, list[int], list[int], int, Callable[[Any], int] | None, str]] = []
+        self.codes: list[tuple[int, str]] = []
+
+    def tensor(self, name: str, shape: tuple[int, ...], type_: int = 0) -> int:
+        """An activation tensor (float32 unless ``type_``); its index."""
+        self.tensors.append((name, shape, type_, 0))
+        return len(self.tensors) - 1
+
+    def const(self, name: str, array: np.ndarray) -> int:
+        """A constant tensor holding ``array`` (float32 or int32); its index."""
+        type_ = {np.dtype("float32"): 0, np.dtype("int32"): 2}[array.dtype]
+        self.buffers.append(np.ascontiguousarray(array).tobytes())
+        self.tensors.append((name, tuple(array.shape), type_, len(self.buffers) - 1))
+        return len(self.tensors) - 1
+
+    def op(self, code: int, inputs: list[int], outputs: list[int], options_type: int = 0,
+           options: Callable[[Any], int] | None = None, custom: str = "") -> None:
+        """An operator: builtin ``code`` (or a custom one named ``custom``), its tensors, its option table."""
+        key = (code, custom)
+        if key not in self.codes:
+            self.codes.append(key)
+        self.ops.append((self.codes.index(key), inputs, outputs, options_type, options, custom))
+
+    def finish(self, inputs: list[int], outputs: list[int]) -> bytes:
+        b = self.builder
+
+        def int_vector(start: Callable[[Any, int], None], values: list[int], prepend: str = "PrependInt32") -> int:
+            start(b, len(values))
+            for value in reversed(values):
+                getattr(b, prepend)(value)
+            return b.EndVector()
+
+        buffers = []
+        for data in self.buffers:
+            vector = b.CreateByteVector(data) if data else None
+            _schema("Buffer").BufferStart(b)
+            if vector is not None:
+                _schema("Buffer").BufferAddData(b, vector)
+            buffers.append(_schema("Buffer").BufferEnd(b))
+        tensors = []
+        for name, shape, type_, buffer in self.tensors:
+            name_offset = b.CreateString(name)
+            shape_offset = int_vector(_schema("Tensor").TensorStartShapeVector, list(shape))
+            _schema("Tensor").TensorStart(b)
+            _schema("Tensor").TensorAddShape(b, shape_offset)
+            _schema("Tensor").TensorAddType(b, type_)
+            _schema("Tensor").TensorAddBuffer(b, buffer)
+            _schema("Tensor").TensorAddName(b, name_offset)
+            tensors.append(_schema("Tensor").TensorEnd(b))
+        operators = []
+        for index, op_inputs, op_outputs, options_type, options, _custom in self.ops:
+            options_offset = options(b) if options is not None else None
+            in_offset = int_vector(_schema("Operator").OperatorStartInputsVector, op_inputs)
+            out_offset = int_vector(_schema("Operator").OperatorStartOutputsVector, op_outputs)
+            _schema("Operator").OperatorStart(b)
+            _schema("Operator").OperatorAddOpcodeIndex(b, index)
+            _schema("Operator").OperatorAddInputs(b, in_offset)
+            _schema("Operator").OperatorAddOutputs(b, out_offset)
+            if options_offset is not None:
+                _schema("Operator").OperatorAddBuiltinOptionsType(b, options_type)
+                _schema("Operator").OperatorAddBuiltinOptions(b, options_offset)
+            operators.append(_schema("Operator").OperatorEnd(b))
+        codes = []
+        for code, custom in self.codes:
+            custom_offset = b.CreateString(custom) if custom else None
+            _schema("OperatorCode").OperatorCodeStart(b)
+            _schema("OperatorCode").OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
+            _schema("OperatorCode").OperatorCodeAddBuiltinCode(b, code)
+            _schema("OperatorCode").OperatorCodeAddVersion(b, 1)
+            if custom_offset is not None:
+                _schema("OperatorCode").OperatorCodeAddCustomCode(b, custom_offset)
+            codes.append(_schema("OperatorCode").OperatorCodeEnd(b))
+
+        def table_vector(start: Callable[[Any, int], None], offsets: list[int]) -> int:
+            start(b, len(offsets))
+            for offset in reversed(offsets):
+                b.PrependUOffsetTRelative(offset)
+            return b.EndVector()
+
+        tensors_vec = table_vector(_schema("SubGraph").SubGraphStartTensorsVector, tensors)
+        ops_vec = table_vector(_schema("SubGraph").SubGraphStartOperatorsVector, operators)
+        in_vec = int_vector(_schema("SubGraph").SubGraphStartInputsVector, inputs)
+        out_vec = int_vector(_schema("SubGraph").SubGraphStartOutputsVector, outputs)
+        name = b.CreateString("main")
+        _schema("SubGraph").SubGraphStart(b)
+        _schema("SubGraph").SubGraphAddTensors(b, tensors_vec)
+        _schema("SubGraph").SubGraphAddInputs(b, in_vec)
+        _schema("SubGraph").SubGraphAddOutputs(b, out_vec)
+        _schema("SubGraph").SubGraphAddOperators(b, ops_vec)
+        _schema("SubGraph").SubGraphAddName(b, name)
+        subgraph = _schema("SubGraph").SubGraphEnd(b)
+        subgraphs_vec = table_vector(_schema("Model").ModelStartSubgraphsVector, [subgraph])
+        codes_vec = table_vector(_schema("Model").ModelStartOperatorCodesVector, codes)
+        buffers_vec = table_vector(_schema("Model").ModelStartBuffersVector, buffers)
+        description = b.CreateString("written by edgetune's tests (tests/tflite_models.py)")
+        _schema("Model").ModelStart(b)
+        _schema("Model").ModelAddVersion(b, 3)
+        _schema("Model").ModelAddOperatorCodes(b, codes_vec)
+        _schema("Model").ModelAddSubgraphs(b, subgraphs_vec)
+        _schema("Model").ModelAddDescription(b, description)
+        _schema("Model").ModelAddBuffers(b, buffers_vec)
+        b.Finish(_schema("Model").ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+
+def write_model(path: Path, *, unsupported: bool = False, seed: int = 0) -> Path:
+    """A small float32 CNN as a ``.tflite`` file: conv (ReLU6) -> depthwise conv (ReLU) -> add -> mean -> dense.
+
+    Input ``input`` is NHWC (1, 16, 16, 3), the output (1, 10). ``unsupported`` appends a
+    custom operator no importer knows (``EdgetuneNoSuchOp``), for the one-line error.
+    """
+    from tflite.ActivationFunctionType import ActivationFunctionType as Act
+    from tflite.BuiltinOperator import BuiltinOperator as Op
+    from tflite.BuiltinOptions import BuiltinOptions as Options
+    from tflite.Padding import Padding
+
+    rng = np.random.default_rng(seed)
+    g = _Graph()
+    x = g.tensor("input", (1, 16, 16, 3))
+    conv_w = g.const("conv/weights", rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32))  # OHWI
+    conv_b = g.const("conv/bias", rng.normal(0, 0.1, (8,)).astype(np.float32))
+    conv = g.tensor("conv", (1, 16, 16, 8))
+
+    def conv_options(b: Any) -> int:
+        _schema("Conv2DOptions").Conv2DOptionsStart(b)
+        _schema("Conv2DOptions").Conv2DOptionsAddPadding(b, Padding.SAME)
+        _schema("Conv2DOptions").Conv2DOptionsAddStrideW(b, 1)
+        _schema("Conv2DOptions").Conv2DOptionsAddStrideH(b, 1)
+        _schema("Conv2DOptions").Conv2DOptionsAddDilationWFactor(b, 1)
+        _schema("Conv2DOptions").Conv2DOptionsAddDilationHFactor(b, 1)
+        _schema("Conv2DOptions").Conv2DOptionsAddFusedActivationFunction(b, Act.RELU6)
+        return _schema("Conv2DOptions").Conv2DOptionsEnd(b)
+
+    g.op(Op.CONV_2D, [x, conv_w, conv_b], [conv], Options.Conv2DOptions, conv_options)
+    dw_w = g.const("dw/weights", rng.normal(0, 0.3, (1, 3, 3, 8)).astype(np.float32))  # 1HWC
+    dw_b = g.const("dw/bias", rng.normal(0, 0.1, (8,)).astype(np.float32))
+    dw = g.tensor("dw", (1, 16, 16, 8))
+
+    def dw_options(b: Any) -> int:
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsStart(b)
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsAddPadding(b, Padding.SAME)
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsAddStrideW(b, 1)
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsAddStrideH(b, 1)
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsAddDepthMultiplier(b, 1)
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsAddDilationWFactor(b, 1)
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsAddDilationHFactor(b, 1)
+        _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsAddFusedActivationFunction(b, Act.RELU)
+        return _schema("DepthwiseConv2DOptions").DepthwiseConv2DOptionsEnd(b)
+
+    g.op(Op.DEPTHWISE_CONV_2D, [conv, dw_w, dw_b], [dw], Options.DepthwiseConv2DOptions, dw_options)
+    added = g.tensor("residual", (1, 16, 16, 8))
+
+    def add_options(b: Any) -> int:
+        _schema("AddOptions").AddOptionsStart(b)
+        _schema("AddOptions").AddOptionsAddFusedActivationFunction(b, Act.NONE)
+        return _schema("AddOptions").AddOptionsEnd(b)
+
+    g.op(Op.ADD, [conv, dw], [added], Options.AddOptions, add_options)
+    axes = g.const("mean/axes", np.array([1, 2], dtype=np.int32))
+    pooled = g.tensor("pooled", (1, 8))
+
+    def mean_options(b: Any) -> int:
+        _schema("ReducerOptions").ReducerOptionsStart(b)
+        _schema("ReducerOptions").ReducerOptionsAddKeepDims(b, False)
+        return _schema("ReducerOptions").ReducerOptionsEnd(b)
+
+    g.op(Op.MEAN, [added, axes], [pooled], Options.ReducerOptions, mean_options)
+    fc_w = g.const("dense/weights", rng.normal(0, 0.3, (10, 8)).astype(np.float32))
+    fc_b = g.const("dense/bias", rng.normal(0, 0.1, (10,)).astype(np.float32))
+    logits = g.tensor("logits", (1, 10))
+
+    def fc_options(b: Any) -> int:
+        _schema("FullyConnectedOptions").FullyConnectedOptionsStart(b)
+        _schema("FullyConnectedOptions").FullyConnectedOptionsAddFusedActivationFunction(b, Act.NONE)
+        return _schema("FullyConnectedOptions").FullyConnectedOptionsEnd(b)
+
+    g.op(Op.FULLY_CONNECTED, [pooled, fc_w, fc_b], [logits], Options.FullyConnectedOptions, fc_options)
+    output = logits
+    if unsupported:
+        output = g.tensor("custom", (1, 10))
+        g.op(Op.CUSTOM, [logits], [output], custom="EdgetuneNoSuchOp")
+    path.write_bytes(g.finish([x], [output]))
+    return path

@@ -7,7 +7,7 @@ the ONNX model it was tuned from) this times, on the same input and threads:
 
 * TVM alone and ONNX Runtime alone (spinning on, its default; and off),
 * interleaved as ``edgetune tune --baseline`` does it, spinning on and off
-  (:func:`edgetune.artifact.baseline.compare_with_baseline`, the product's code),
+  (:func:`edgetune.board.baseline.compare_with_baseline`, the product's code),
 
 and reports each runtime's median over rounds. The fair protocol is the one
 whose interleaved medians stay closest to each runtime alone.
@@ -61,7 +61,7 @@ def _alone_ort(onnx: bytes, inputs: dict[str, Any], threads: int, spinning: bool
 
 
 def measure(run_dir: Path, rounds: int, number: int) -> dict[str, Any]:
-    from edgetune.artifact.baseline import compare_with_baseline
+    from edgetune.board.baseline import compare_with_baseline
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
     from edgetune.tuning import TuneSummary

@@ -8,7 +8,7 @@ trials per task: the run at 16 per task resumes the history of the run at 8,
 and so on, so the points are one tuning curve. After each point the delivered
 ``model.so`` is loaded in this process beside an ONNX Runtime session of the
 same ONNX file and timed by the product's own comparison
-(:func:`edgetune.artifact.baseline.compare_with_baseline`, what ``edgetune tune
+(:func:`edgetune.board.baseline.compare_with_baseline`, what ``edgetune tune
 --baseline onnxruntime`` runs): same threads, interleaved rounds (each round:
 TVM's ``time_evaluator`` over ``--number`` calls, then ONNX Runtime over as
 many calls, its threads not spinning between runs), medians over rounds.
@@ -52,7 +52,7 @@ MODELS = ("resnet18", "mobilenetv2", "squeezenet", "transformer", "mobilenetv1")
 
 def time_interleaved(artifact: Path, onnx_bytes: bytes, inputs: dict[str, Any], threads: int, rounds: int, number: int) -> dict[str, Any]:
     """Median latency (ms) of the tuned module and of ONNX Runtime: the product's comparison (``--baseline``)."""
-    from edgetune.artifact.baseline import compare_with_baseline
+    from edgetune.board.baseline import compare_with_baseline
 
     result = compare_with_baseline("onnxruntime", artifact, onnx_bytes, inputs, threads, rounds=rounds, number=number)
     if result.error is not None:

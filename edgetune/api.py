@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .common.choices import TASK_SCHEDULERS, WARM_START_MODES
 from .common.interrupts import forward_sigint_to_main_thread
@@ -258,6 +258,7 @@ def deploy(
     out: str | os.PathLike[str] | None = None,
     accept_new_host_key: bool = False,
     log: Callable[[str], None] | None = None,
+    baseline: str | Sequence[str] = (),
 ) -> "DeployResult":
     """Ship a tuned model to a provisioned board, verify it there and make it current; as ``edgetune deploy``.
 
@@ -269,12 +270,15 @@ def deploy(
     within ``rtol``/``atol`` and the model benchmarked there. ``log`` receives
     the progress lines the CLI prints. The local copy of the manifest goes to
     ``out`` (default: ``RUN_DIR/deployments``, or ``edgetune-out/deployments``).
+    ``baseline`` (``"onnxruntime,litert"`` or a list) times those runtimes on
+    the board beside the deployed model (``result.baselines``, and the manifest).
     """
     from .deployment.run import deploy_run
 
     return deploy_run(
         run, board=board, model=model, profile=profile, db=db, inventory=inventory, name=name, verify=verify, rtol=rtol,
         atol=atol, warmup=warmup, repeat=repeat, out=out, accept_new_host_key=accept_new_host_key, log=log,
+        baseline=baseline,
     )
 
 

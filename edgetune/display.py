@@ -166,7 +166,7 @@ def baseline_lines(summary: TuneSummary) -> list[str]:
     """``tuned 2.1 ms; ONNX Runtime 3.4 ms on this board: 1.6x faster`` per baseline (tuning.baseline), or why not."""
     import dataclasses
 
-    from .artifact.baseline import BaselineResult
+    from .board.baseline import BaselineResult
 
     names = {f.name for f in dataclasses.fields(BaselineResult)}
     results = [BaselineResult(**{k: v for k, v in item.items() if k in names})

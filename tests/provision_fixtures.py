@@ -79,6 +79,14 @@ def nopython_sshd(tmp_path_factory: pytest.TempPathFactory) -> SshServer:
     server.stop()
 
 
+#: the emulated arm64 board's /proc/cpuinfo: two Cortex-A72 cores (CPU part 0xd08), as on a Raspberry Pi 4
+ARM64_CPUINFO = "".join(
+    f"processor\t: {core}\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\nCPU implementer\t: 0x41\n"
+    "CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd08\nCPU revision\t: 3\n\n"
+    for core in range(2)
+)
+
+
 @pytest.fixture(scope="module")
 def arm64_sshd(tmp_path_factory: pytest.TempPathFactory) -> SshServer:
     """The emulated arm64 board: netns + sshd chrooting into a Debian arm64 rootfs (qemu-user)."""
@@ -86,7 +94,8 @@ def arm64_sshd(tmp_path_factory: pytest.TempPathFactory) -> SshServer:
     _require_netns()
     _require_rootfs()
     rootfs = arm64_rootfs.build_rootfs()
-    server = start_sshd(tmp_path_factory.mktemp("sshd-arm64"), netns=NetNamespace.create(), chroot=rootfs)
+    server = start_sshd(tmp_path_factory.mktemp("sshd-arm64"), netns=NetNamespace.create(), chroot=rootfs,
+                        cpuinfo=ARM64_CPUINFO)
     yield server
     server.stop()
 

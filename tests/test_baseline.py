@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import run_cli
-from edgetune.artifact.baseline import BaselineResult, compare_with_baseline
+from edgetune.board.baseline import BaselineResult, compare_with_baseline
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,9 @@ def site(loopback_sshd, tmp_path_factory: pytest.TempPathFactory) -> Site:
     # the tracker listens on 127.0.0.2 (the 127/8 loopback) so the board dials it as over a LAN
     site = Site(tmp_path_factory.mktemp("site-deploy"), tracker_host="127.0.0.2", advertise="127.0.0.2")
     site.trust(loopback_sshd).add("lo", loopback_sshd, mode="direct")
-    result = site.cli("provision", "lo")
+    result = site.cli("provision", "lo", "--baseline", "onnxruntime")
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "[lo] baseline: ONNX Runtime " in result.stdout, result.stdout
     yield site
     site.teardown()
 
@@ -96,6 +97,56 @@ def test_wrong_outputs_fail_loudly_and_do_not_switch(site: Site, tmp_path: Path)
     assert os.readlink(current) == before
 
 
+def test_deploy_times_the_baselines_on_the_board(site: Site, tmp_path: Path) -> None:
+    """Issue 29: `deploy --baseline` times ONNX Runtime in the board's venv beside model.so; a runtime it lacks is one line."""
+    run_dir = make_run_dir(tmp_path / "run")
+    result = site.cli("deploy", "--board", "lo", str(run_dir), "--repeat", "3", "--baseline", "onnxruntime,litert")
+    assert result.returncode == 0, result.stdout + result.stderr
+    current = site.root / "remote-lo" / "deployments" / "tiny-cnn" / "current"
+    onnx, litert = json.loads((current / "manifest.json").read_text())["baselines"]
+    assert onnx["runtime"] == "onnxruntime" and onnx["error"] is None and onnx["version"], onnx
+    assert onnx["baseline_ms"] > 0 and onnx["tuned_ms"] > 0 and onnx["outputs_match"] is True and onnx["max_rel_diff"] < 1e-4
+    assert onnx["protocol"].endswith("; on board lo") and "spinning off" in onnx["protocol"]
+    assert f"ONNX Runtime {onnx['baseline_ms']:.3f} ms on this board: " in result.stdout
+    assert litert["error"] == "runs a .tflite file; this model was given as an ONNX file"
+    assert f"baseline LiteRT: {litert['error']}" in result.stdout.splitlines()
+    assert not list((site.root / "remote-lo").glob("baseline-runs/*"))  # the scratch directory is gone
+
+    # a .tflite model: LiteRT is its baseline, but provision did not install it on this board
+    from tflite_models import write_model
+
+    tflite_run = make_run_dir(tmp_path / "tflite-run", model_spec=str(write_model(tmp_path / "net.tflite")))
+    result = site.cli("deploy", "--board", "lo", str(tflite_run), "--repeat", "3", "--baseline", "litert")
+    assert result.returncode == 0, result.stdout + result.stderr  # deployed all the same
+    [missing] = json.loads(next((tflite_run / "deployments" / "lo").glob("*/manifest.json")).read_text())["baselines"]
+    assert missing["error"] == "not installed on board lo; install it with: edgetune provision lo --baseline litert"
+    assert f"baseline LiteRT: {missing['error']}" in result.stdout.splitlines()
+
+
+def test_a_provisioned_board_times_the_tunes_baseline_over_ssh(site: Site, tmp_path: Path) -> None:
+    """What `tune --board lo --baseline onnxruntime` asks of the board after tuning: the same timing, in its venv."""
+    from edgetune.common.run_dir import RunDir
+    from edgetune.profile import load_profile
+    from edgetune.provision.board import ProvisionedBoard, choose_board, resolve_board
+    from edgetune.tasks import load_model
+
+    run_dir = make_run_dir(tmp_path / "run")
+    model = load_model("demo:tiny-cnn")
+    os.environ.update(site.env)  # the inventory and state this site's CLI calls see
+    try:
+        choice = choose_board("lo", str(site.inventory))  # as `tune --board lo` resolves it
+        board = resolve_board(choice, load_profile("host"), choice.key, RunDir(tmp_path / "tune"), lambda _m: None)
+        assert isinstance(board, ProvisionedBoard)
+        with board:
+            result = board.time_baseline("onnxruntime", run_dir / "model.so", model.bytes_for("onnx"),
+                                         model.random_inputs(seed=0), 1, given_as="onnx")
+    finally:
+        for key in site.env:
+            os.environ.pop(key, None)
+    assert result.error is None and result.outputs_match and result.protocol.endswith("; on board lo"), result
+    assert result.baseline_ms > 0 and result.tuned_ms > 0 and "1 threads" in result.protocol
+
+
 def test_arm64_board_runs_the_cross_compiled_deployment(arm64_sshd, tmp_path: Path) -> None:
     from conftest import require_tool
 
@@ -108,8 +159,9 @@ def test_arm64_board_runs_the_cross_compiled_deployment(arm64_sshd, tmp_path: Pa
     (tmp_path / "site-arm").mkdir()
     site = Site(tmp_path / "site-arm").trust(arm64_sshd).add("arm", arm64_sshd, profile=str(profile))
     try:
-        provisioned = site.cli("provision", "arm", timeout=1800)
+        provisioned = site.cli("provision", "arm", "--baseline", "litert", timeout=1800)
         assert provisioned.returncode == 0, provisioned.stdout + provisioned.stderr
+        assert "[arm] baseline: LiteRT " in provisioned.stdout  # the aarch64 wheels, unpacked on the board
         run_dir = make_run_dir(tmp_path / "run", profile=str(profile))
         header = (run_dir / "model.so").read_bytes()[:20]
         assert int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
@@ -118,6 +170,17 @@ def test_arm64_board_runs_the_cross_compiled_deployment(arm64_sshd, tmp_path: Pa
         assert "RPC verification ok on arm" in result.stdout
         manifest = json.loads(next((run_dir / "deployments" / "arm").glob("*/manifest.json")).read_text())
         assert manifest["benchmark"]["repeats"] == 3 and manifest["benchmark"]["run_py_max_abs_diff"] < 1e-3
+        # a baseline's mechanics on an aarch64 board: a .tflite model beside LiteRT with its XNNPACK kernels
+        # (emulated: its timings mean nothing and are not reported)
+        from tflite_models import write_model
+
+        tflite_run = make_run_dir(tmp_path / "tflite-run", profile=str(profile),
+                                  model_spec=str(write_model(tmp_path / "net.tflite")))
+        result = site.cli("deploy", "--board", "arm", str(tflite_run), "--no-verify", "--baseline", "litert", timeout=1800)
+        assert result.returncode == 0, result.stdout + result.stderr
+        [litert] = json.loads(next((tflite_run / "deployments" / "arm").glob("*/manifest.json")).read_text())["baselines"]
+        assert litert["error"] is None and litert["outputs_match"] is True and litert["max_rel_diff"] < 1e-4, litert
+        assert litert["protocol"].endswith("; on board arm") and litert["baseline_ms"] > 0
         assert manifest["profile"] == "emu-rpi4" and manifest["artifact"]["sha256"]
         # run.py by hand on the board, over SSH, through the `current` link
         from edgetune.provision.inventory import load_inventory

@@ -155,3 +155,26 @@ def test_board_cpu_that_disagrees_with_the_profile_mcpu_is_a_warning() -> None:
     assert any("the board's CPU is Cortex-A53 but the profile compiles for mcpu 'cortex-a72'" in w for w in warnings)
     big_little = BoardFacts(arch="aarch64", cores=6, clusters=(("Cortex-A72", (4, 5)), ("Cortex-A53", (0, 1, 2, 3))))
     assert not any("board's CPU" in w for w in check_profile(big_little, load_profile("rk3399"), "b"))
+
+
+def test_a_baseline_runtime_without_a_wheel_for_the_board_is_one_line() -> None:
+    """Issue 29: provision --baseline asks the package index for the board's platform; none there is a LookupError."""
+    from edgetune.provision.baseline import download_baseline_wheels
+    from edgetune.provision.detect import BoardFacts
+
+    with pytest.raises(LookupError) as info:
+        download_baseline_wheels("litert", BoardFacts(arch="riscv64", python="python3", python_version="3.11.2"),
+                                 lambda _m: None)
+    assert "\n" not in str(info.value) and "ai-edge-litert" in str(info.value)
+
+
+def test_baseline_lists_on_the_command_line() -> None:
+    import argparse
+
+    from edgetune.common.choices import baseline_runtimes
+
+    assert baseline_runtimes("onnxruntime,litert") == ("onnxruntime", "litert") and baseline_runtimes("none") == ()
+    with pytest.raises(argparse.ArgumentTypeError, match="did you mean 'litert'"):
+        baseline_runtimes("onnxruntime,litrt")
+    with pytest.raises(argparse.ArgumentTypeError, match="each runtime once"):
+        baseline_runtimes("litert,litert")

@@ -87,7 +87,7 @@ def test_an_unsupported_tflite_operator_or_a_damaged_file_is_one_line(tmp_path: 
 
 
 def test_litert_missing_is_one_line(monkeypatch, tmp_path: Path) -> None:
-    from edgetune.artifact.baseline import compare_with_baseline
+    from edgetune.board.baseline import compare_with_baseline
 
     monkeypatch.setitem(sys.modules, "ai_edge_litert", None)  # import ai_edge_litert now fails
     missing = compare_with_baseline("litert", tmp_path / "model.so", b"TFL3", {}, 1)

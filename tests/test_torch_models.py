@@ -199,3 +199,38 @@ def test_inference_batch_norms_are_folded_and_training_ones_kept(tmp_path: Path)
     assert [p.detail for p in kept.graph.passes if p.name == "decompose-batch-norm"] == [
         "kept: 1 of 1 batch norms are in training mode"
     ]
+
+
+def test_a_pt2_model_gets_its_onnx_runtime_baseline_through_an_export(resnet, tmp_path) -> None:
+    """Issue 29: a .pt2 is exported to ONNX for ONNX Runtime; the baseline runs beside model.so and agrees."""
+    import onnx
+
+    from edgetune.board.baseline import compare_with_baseline
+    from edgetune.artifact.compile import compile_model, export_model
+    from edgetune.profile import load_profile
+
+    path, module = resnet
+    model = load_model(str(path))
+    exported = model.bytes_for("onnx")
+    assert exported is model.bytes_for("onnx")  # exported once per model
+    graph = onnx.load_model_from_string(exported).graph
+    assert [given.name for given in graph.input] == ["x"] and any(node.op_type == "Conv" for node in graph.node)
+    assert model.bytes_for("tflite") is None
+    profile = load_profile("host")
+    artifact = export_model(compile_model(prepare_graph(model).mod, profile.tvm_target(), None), tmp_path / "model.so", profile)
+    result = compare_with_baseline("onnxruntime", artifact, exported, model.random_inputs(seed=0), 1,
+                                   rounds=2, number=2, given_as="pt2")
+    assert result.error is None and result.outputs_match and result.max_rel_diff < 1e-4, result
+    assert result.baseline_ms > 0 and result.tuned_ms > 0
+    assert result.protocol.endswith("; the model exported from a PyTorch program (.pt2)")
+
+
+def test_a_pt2_that_cannot_be_exported_is_one_line(resnet, monkeypatch) -> None:
+    import sys
+
+    model = load_model(str(resnet[0]))
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if the torch extra were installed without it
+    with pytest.raises(ModelError) as info:
+        model.bytes_for("onnx")
+    message = str(info.value)
+    assert "\n" not in message and "needs onnxscript" in message and "edgetune[torch]" in message

@@ -14,7 +14,9 @@ tracker hands out its devices.
 Lifecycle, in call order: :meth:`Board.check_profile` (before anything is
 started: a profile the board cannot run is bad input), :meth:`Board.open`
 (returns the tracker address), :meth:`Board.close` (safe to call twice).
-Boards are context managers: ``with board as address: ...``.
+Boards are context managers: ``with board as address: ...``. While open, a
+board can time a baseline runtime beside the tuned model
+(:meth:`Board.time_baseline`) where edgetune can start a process on it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from __future__ import annotations
 import platform
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from .baseline import BaselineResult
 from ..errors import BoardError
 from .rpc_tracker import TrackerAddress, check_device_available
 
@@ -65,6 +68,19 @@ class Board(ABC):
 
     def check_profile(self, profile: Any) -> None:
         """Raise :class:`~edgetune.errors.BoardError` if this board cannot run the profile's code."""
+
+    def time_baseline(
+        self, runtime: str, artifact: str | Path, model_bytes: bytes | None, inputs: Mapping[str, Any], threads: int,
+        *, given_as: str = "",
+    ) -> BaselineResult:
+        """``runtime`` timed beside ``artifact`` on this board (tuning.baseline); never raises: the result says why not.
+
+        Only a board edgetune can run a process on can do it: a tracker's devices cannot.
+        """
+        return BaselineResult(
+            runtime, error=f"runs on the embedded board or on a provisioned board (--board NAME, reached over SSH), "
+            f"not on {self.label}, where edgetune cannot start a process"
+        )
 
     @abstractmethod
     def open(self) -> TrackerAddress:
@@ -130,6 +146,15 @@ class EmbeddedBoard(Board):
     def close(self) -> None:
         if self._local is not None:
             self._local.stop()
+
+    def time_baseline(
+        self, runtime: str, artifact: str | Path, model_bytes: bytes | None, inputs: Mapping[str, Any], threads: int,
+        *, given_as: str = "",
+    ) -> BaselineResult:
+        """In this process: the embedded board is this machine."""
+        from .baseline import compare_with_baseline
+
+        return compare_with_baseline(runtime, artifact, model_bytes, inputs, threads, given_as=given_as)
 
     @property
     def pids(self) -> list[int]:

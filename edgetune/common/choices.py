@@ -29,7 +29,7 @@ CONV_LAYOUTS = ("as-is", "NHWC", "NCHWc")
 #: How much of ONNX Runtime's graph preparation runs before task extraction (see edgetune.tasks.graph):
 #: "full" folds batch norms and constants, "none" tunes the graph as the frontend imported it.
 GRAPH_OPTIMIZATIONS = ("full", "none")
-#: tuning.baseline: the runtime the delivered model is timed against after a tune (edgetune/artifact/baseline.py)
+#: tuning.baseline: the runtime the delivered model is timed against after a tune (edgetune/board/baseline.py)
 BASELINES = ("none", "onnxruntime", "litert")
 #: MetaSchedule search strategies.
 SEARCH_STRATEGIES = ("evolutionary", "replay-trace", "replay-func")
@@ -42,3 +42,27 @@ WARM_START_SCOPES = ("same", "auto", "similar")
 WARM_START_MODES = ("off", *WARM_START_SCOPES)
 #: ``db dedupe --by``: which result of a repeated configuration survives.
 DEDUPE_METHODS = ("date", "average")
+
+
+def baseline_runtimes(text: str) -> tuple[str, ...]:
+    """``--baseline onnxruntime,litert`` of provision and deploy: the runtimes named, or () for ``none``.
+
+    An argparse ``type``: a bad name is argparse's one-line usage error, with the closest name.
+    """
+    import argparse
+    import difflib
+
+    names = [name.strip() for name in text.split(",")]
+    if names == ["none"]:
+        return ()
+    runtimes = tuple(b for b in BASELINES if b != "none")
+    for name in names:
+        if name not in runtimes:
+            close = difflib.get_close_matches(name, runtimes, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise argparse.ArgumentTypeError(
+                f"must be 'none' or a comma-separated list of {', '.join(runtimes)}, got {text!r} instead{hint}"
+            )
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"must name each runtime once, got {text!r} instead")
+    return tuple(names)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..common.choices import baseline_runtimes
 from ..provision.cli import add_inventory_argument
 
 DEPLOY_EPILOG = """\
@@ -16,6 +17,9 @@ examples:
       compile with the history's best schedules for the board's profile, then the same
   edgetune deploy --board rk3399 --rollback tiny-cnn
       point `current` back at the previous version
+  edgetune deploy --board rk3399 RUN_DIR --baseline onnxruntime
+      also time ONNX Runtime on the board beside the deployed model (installed
+      there by: edgetune provision rk3399 --baseline onnxruntime)
 
 On the board: ~/.edgetune/deployments/<model>/{<version>/,current,previous};
 each version holds model.so, run.py and manifest.json. Run it without the host:
@@ -49,6 +53,9 @@ def add_deploy_parser(sub: Any) -> None:
     deploy.add_argument("--repeat", type=int, default=20, help="timed runs of the benchmark (default 20)")
     deploy.add_argument("--out", metavar="DIR", help="where the local manifest copy goes (default: RUN_DIR/deployments)")
     deploy.add_argument("--accept-new-host-key", action="store_true", help="record an unknown board's host key")
+    deploy.add_argument("--baseline", type=baseline_runtimes, default=(), metavar="RUNTIMES",
+                        help="also time these runtimes (onnxruntime, litert) on the board beside the deployed model, "
+                        "on the same input and threads; install them with: edgetune provision BOARD --baseline RUNTIMES")
     deploy.set_defaults(func=run_deploy)
 
 
@@ -62,7 +69,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     result = deploy(
         args.run_dir, board=args.board, inventory=args.inventory, model=args.model, profile=args.profile, db=args.db,
         verify=not args.no_verify, rtol=args.rtol, atol=args.atol, warmup=args.warmup, repeat=args.repeat, out=args.out,
-        accept_new_host_key=args.accept_new_host_key, log=lambda m: print(m, flush=True),
+        accept_new_host_key=args.accept_new_host_key, log=lambda m: print(m, flush=True), baseline=args.baseline,
     )
     d = result.deployment
     print(f"deployed {d.model} {d.version} to {d.board}:{d.directory} "

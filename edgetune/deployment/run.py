@@ -34,10 +34,12 @@ def deploy_run(
     out: str | os.PathLike[str] | None = None,
     accept_new_host_key: bool = False,
     log: Callable[[str], None] | None = None,
+    baseline: str | tuple[str, ...] | list[str] = (),
 ) -> DeployResult:
     """:func:`edgetune.api.deploy` (``edgetune deploy``), whose docstring says what each argument means."""
     from ..provision.inventory import load_inventory
 
+    baselines = _baselines(baseline)
     inventory_data = load_inventory(inventory)
     entry = inventory_data.get(board)
     run_dir = run_directory(run)
@@ -77,7 +79,23 @@ def deploy_run(
         return deploy_to_board(
             entry, inventory_data, source, local_dir, verify=verify, tolerance=Tolerance(rtol, atol), warmup=warmup,
             repeat=repeat, accept_new_host_key=accept_new_host_key, log=log or (lambda _message: None),
+            baselines=baselines,
         )
+
+
+def _baselines(baseline: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``"onnxruntime,litert"`` or a sequence of names -> the runtimes; a bad name is a DeployInputError."""
+    import argparse
+
+    from ..common.choices import baseline_runtimes
+
+    text = baseline if isinstance(baseline, str) else ",".join(baseline)
+    if not text:
+        return ()
+    try:
+        return baseline_runtimes(text)
+    except argparse.ArgumentTypeError as error:
+        raise DeployInputError(f"baseline {error}") from None
 
 
 def run_directory(run: Any) -> Path | None:

@@ -22,8 +22,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..common.run_dir import RunDir
-from ..errors import DeployError, DeployInputError, VerificationError
+from ..board.baseline import RUNTIME_FORMATS, BaselineResult
+from ..errors import DeployError, DeployInputError, ModelError, VerificationError
 from ..provision.inventory import BoardEntry, Inventory
+from ..provision.baseline import time_baseline_on_board
 from ..provision.ssh import BoardConnection
 from .runner_template import RUN_PY
 from .ship import ARTIFACT, Deployment, activate, deployments_root, new_version, safe_model_name, sha256_file, upload
@@ -69,6 +71,7 @@ class DeployResult:
     local_manifest: Path
     verified: bool
     benchmark: dict[str, Any] | None = field(default=None)
+    baselines: list[BaselineResult] = field(default_factory=list)
 
 
 def source_from_run_dir(run_dir: Path) -> DeploySource:
@@ -164,8 +167,9 @@ def deploy(
     accept_new_host_key: bool = False,
     log: Callable[[str], None] = lambda _m: None,
     progress: Callable[[int, int], None] | None = None,
+    baselines: tuple[str, ...] = (),
 ) -> DeployResult:
-    """Upload, verify, benchmark, write the manifest, then make the new version current."""
+    """Upload, verify, benchmark, time ``baselines`` beside it, write the manifest, then make the new version current."""
     from ..profile import load_profile
     from ..provision.runtime import venv_python
 
@@ -179,7 +183,8 @@ def deploy(
     model_dirname = safe_model_name(source.model_name)
     version = new_version(artifact_sha)
 
-    inputs, reference = _reference(source) if verify else (None, None)
+    model = _tuned_model(source) if verify or baselines else None
+    inputs, reference = _reference(model) if verify else (None, None)
     files: dict[str, Path | bytes] = {ARTIFACT: source.artifact, RUNNER: RUN_PY.encode()}
     if inputs is not None:
         files.update({f"input_{i}.npy": _npy(x) for i, x in enumerate(inputs)})
@@ -197,8 +202,11 @@ def deploy(
             verification = _verify_rpc(entry, inventory, profile, source.artifact, inputs, reference, tolerance, log)
             benchmark = _bench_on_board(connection, directory, venv_python(_base(root)), len(inputs), reference,
                                         tolerance, warmup, repeat, log)
+        compared = [_time_baseline(connection, _base(root), runtime, model, source.artifact, posixpath.join(directory, ARTIFACT),
+                                   profile.device.num_threads, log) for runtime in baselines]
 
         manifest = _manifest(source, entry.name, profile.name, artifact_sha, version, verification, benchmark)
+        manifest["baselines"] = [result.to_dict() for result in compared]
         text = json.dumps(manifest, indent=2, default=str) + "\n"
         _write_remote_atomic(connection, posixpath.join(directory, MANIFEST), text.encode())
         local = local_dir / entry.name / version / MANIFEST
@@ -207,11 +215,11 @@ def deploy(
         previous = activate(connection, model_dir, version)
         log(f"current -> {version}" + (f" (previous: {previous})" if previous else ""))
     return DeployResult(Deployment(entry.name, model_dirname, version, directory, previous), manifest, local,
-                        verification is not None, benchmark)
+                        verification is not None, benchmark, compared)
 
 
-def _reference(source: DeploySource) -> tuple[list[Any], list[Any]]:
-    """The model's seeded random inputs and the host reference outputs (the model must be the tuned one)."""
+def _tuned_model(source: DeploySource) -> Any:
+    """The model file the artifact was made from (a :class:`~edgetune.tasks.models.LoadedModel`), checked by its sha256."""
     from ..tasks import load_model
 
     model = load_model(source.model_source)
@@ -220,8 +228,27 @@ def _reference(source: DeploySource) -> tuple[list[Any], list[Any]]:
             f"model {source.model_source} must have sha256 {source.model_sha256[:16]}... as when it was tuned, "
             f"got {model.sha256[:16]}... instead; re-tune or deploy the matching model file"
         )
+    return model
+
+
+def _reference(model: Any) -> tuple[list[Any], list[Any]]:
+    """The model's seeded random inputs and the host reference outputs."""
     feeds = model.random_inputs(seed=INPUT_SEED)
     return [feeds[spec.name] for spec in model.inputs], model.reference_outputs(feeds)
+
+
+def _time_baseline(connection: BoardConnection, base: str, runtime: str, model: Any, artifact: Path, remote_artifact: str,
+                   threads: int, log: Callable[[str], None]) -> BaselineResult:
+    """``runtime`` beside the deployed ``model.so`` on the board, on the inputs the verification used; never raises."""
+    try:
+        model_bytes = model.bytes_for(RUNTIME_FORMATS[runtime])
+    except ModelError as error:
+        result = BaselineResult(runtime, error=str(error))
+    else:
+        result = time_baseline_on_board(connection, base, runtime, artifact, model_bytes, model.random_inputs(seed=INPUT_SEED),
+                                        threads, given_as=model.format, remote_artifact=remote_artifact, log=log)
+    log(result.line())
+    return result
 
 
 def _manifest(

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from ..board.baseline import BaselineResult
 from ..board.base import Board, EmbeddedBoard, MeasureHooks, TrackerBoard
 from ..common.run_dir import RunDir
 from ..board.rpc_tracker import TrackerAddress, check_device_available, device_counts, tracker_summary
@@ -92,6 +93,19 @@ class ProvisionedBoard(Board, MeasureHooks):
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+
+    def time_baseline(
+        self, runtime: str, artifact: str | Path, model_bytes: bytes | None, inputs: Mapping[str, Any], threads: int,
+        *, given_as: str = "",
+    ) -> BaselineResult:
+        """Over the board's SSH connection, in the venv provision made (``provision --baseline`` installs the runtime)."""
+        from .baseline import time_baseline_on_board
+
+        with self._lock:
+            if self._connection is None:
+                return BaselineResult(runtime, error=f"needs SSH to board {self.entry.name}, which this run has not got")
+            return time_baseline_on_board(self._connection, self._base, runtime, artifact, model_bytes, inputs,
+                                          threads, given_as=given_as)
 
     # -- runner hooks ----------------------------------------------------------
     def measure_hooks(self) -> MeasureHooks:

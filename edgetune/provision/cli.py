@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from ..common.choices import baseline_runtimes
 from ..errors import BoardError, EdgetuneError
 
 PROVISION_EPILOG = """\
@@ -17,6 +18,9 @@ examples:
       every board of the inventory, in parallel
   edgetune provision rpi4 --accept-new-host-key
       first contact: record the board's host key (its fingerprint is printed)
+  edgetune provision rpi4 --baseline onnxruntime,litert
+      also install ONNX Runtime and LiteRT there, so that `tune --board rpi4
+      --baseline ...` and `deploy --baseline ...` time them on the board
 
 Idempotent: run it again to repair a board (a dead server is restarted, a
 stale runtime replaced). Then: edgetune tune --board rk3399 --model net.onnx
@@ -55,6 +59,9 @@ def add_provision_parsers(sub: Any) -> None:
                            help="add an unknown board's host key to known_hosts (its fingerprint is printed); "
                            "a changed key is still refused")
     provision.add_argument("--no-verify", action="store_true", help="skip the kernel round trip at the end")
+    provision.add_argument("--baseline", type=baseline_runtimes, default=(), metavar="RUNTIMES",
+                           help="also install these runtimes in the board's venv (onnxruntime, litert, comma-separated), "
+                           "from wheels for the board's architecture, so that tune and deploy --baseline time them there")
     provision.set_defaults(func=run_provision)
 
     boards = sub.add_parser("boards", help="status and teardown of provisioned boards",
@@ -146,7 +153,8 @@ def run_provision(args: argparse.Namespace) -> int:
 
     inventory = load_inventory(args.inventory)
     entries = inventory.select(args.boards, args.all)
-    options = ProvisionOptions(accept_new_host_key=args.accept_new_host_key, verify=not args.no_verify)
+    options = ProvisionOptions(accept_new_host_key=args.accept_new_host_key, verify=not args.no_verify,
+                               baselines=args.baseline)
     group = provision_many(entries, inventory, options, _log)
     print()
     _table(

@@ -19,6 +19,7 @@ from ..profile import load_profile
 from .detect import BoardFacts, check_profile, detect, require_python
 from .heat import read_heat
 from .inventory import BoardEntry, Inventory
+from .baseline import ensure_baselines
 from .runtime import check_device_runtime, check_preinstalled, ensure_runtime, installed_runtime, remote_dir
 from .server import server_config, server_log_tail, server_pid, set_governor, start_server, stop_server
 from .ssh import BoardConnection
@@ -34,6 +35,7 @@ class ProvisionOptions:
     accept_new_host_key: bool = False
     verify: bool = True
     register_timeout_sec: float = 180.0
+    baselines: tuple[str, ...] = ()  # runtimes to install beside TVM (provision --baseline), for tune and deploy
 
 
 @dataclass
@@ -49,6 +51,7 @@ class BoardResult:
     server_pid: int = 0
     tracker: str = ""
     verified: str = ""
+    baselines: dict[str, str] = field(default_factory=dict)  # baseline runtime -> version in the board's venv
     warnings: list[str] = field(default_factory=list)
     error: EdgetuneError | None = None
     seconds: float = 0.0
@@ -119,6 +122,8 @@ def provision_board(entry: BoardEntry, inventory: Inventory, options: ProvisionO
                 result.tvm_version, installed = ensure_runtime(connection, facts, base, step)
                 step(f"runtime: TVM {result.tvm_version} in {base}/venv" + (" (installed)" if installed else " (already there)"))
             check_device_runtime(connection, base, profile.rpc.device)
+            if options.baselines:
+                result.baselines = ensure_baselines(connection, facts, base, options.baselines, step, warn)
             if entry.mode == "tunnel":
                 ensure_tunnel(entry, tracker.port, step)
             else:

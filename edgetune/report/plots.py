@@ -251,7 +251,7 @@ def baselines_figure(data: RunData) -> Figure | None:
     timed = [b for b in (e2e.baselines if e2e else []) if b.get("baseline_ms") and b.get("tuned_ms")]
     if e2e is None or not timed:
         return None
-    from ..artifact.baseline import RUNTIME_NAMES
+    from ..board.baseline import RUNTIME_NAMES
 
     bars: list[tuple[str, float, str]] = []
     if e2e.untuned_latency:

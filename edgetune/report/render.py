@@ -39,7 +39,7 @@ CAPTIONS = {
         "Against what you would run instead",
         "The whole model untuned (as measured on the board after the tune), in each baseline runtime "
         "(tuning.baseline) and tuned, the last two timed in one process on the same input and threads in "
-        "interleaved rounds (medians; edgetune/artifact/baseline.py). Lower is better.",
+        "interleaved rounds (medians; edgetune/board/baseline.py). Lower is better.",
     ),
     "runs": (
         "Evaluator: runs per candidate",

@@ -77,10 +77,21 @@ class LoadedModel:
     _reference_vm: relax.VirtualMachine | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _onnx_export: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def bytes_for(self, runtime_format: str) -> bytes | None:
-        """The model file in ``runtime_format`` ("onnx", "tflite"), or None when it was given in another."""
-        return self.data if self.format == runtime_format else None
+        """The model file in ``runtime_format`` ("onnx", "tflite"), or None when it cannot be had.
+
+        A ``.pt2`` program is exported to ONNX (``torch.onnx.export``, once per model) so that ONNX
+        Runtime can be the baseline of a PyTorch model; an export that fails is a one-line ModelError.
+        """
+        if self.format == runtime_format:
+            return self.data
+        if self.format == "pt2" and runtime_format == "onnx":
+            if self._onnx_export is None:
+                self._onnx_export = export_onnx_from_pt2(self.data, f"'{self.source}'")
+            return self._onnx_export
+        return None
 
     @property
     def onnx_bytes(self) -> bytes:
@@ -338,6 +349,51 @@ def _load_exported_program(path: Path, spec: str) -> LoadedModel:
         data=data,
         format="pt2",
     )
+
+
+def export_onnx_from_pt2(data: bytes, label: str) -> bytes:
+    """An ONNX file of a ``torch.export`` archive (torch's dynamo exporter, which needs onnxscript).
+
+    For the ONNX Runtime baseline of a PyTorch model: the same program, weights and input names,
+    so the baseline runs what was tuned. Raises a one-line :class:`ModelError` when it cannot.
+    """
+    import torch
+
+    try:
+        import onnxscript  # noqa: F401 - torch's exporter imports it lazily and fails deep inside
+    except ImportError:
+        raise ModelError(
+            f"{label}: exporting a PyTorch program to ONNX needs onnxscript, which is not installed; "
+            f"install it with: {TORCH_EXTRA}"
+        ) from None
+    quiet = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    levels = [log.level for log in quiet]
+    for log in quiet:  # the exporter logs each skipped optional op and its progress
+        log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.load(io.BytesIO(data))
+            sample = tuple(
+                torch.zeros(tuple(value.shape), dtype=value.dtype)
+                for value in (node.meta["val"] for node in program.graph.nodes
+                              if node.op == "placeholder" and node.name in _user_input_names(program))
+            )
+            exported = torch.onnx.export(program, sample, dynamo=True, verbose=False, optimize=True)
+            return exported.model_proto.SerializeToString()
+    except ModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the exporter raises anything; one line
+        raise ModelError(f"{label}: torch {torch.__version__} cannot export the program to ONNX: {_first_line(exc)}") from exc
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+
+
+def _user_input_names(program: Any) -> list[str]:
+    from torch.export.graph_signature import InputKind
+
+    return [getattr(spec.arg, "name", "") for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
 
 
 class _KeepErrors(logging.Filter):

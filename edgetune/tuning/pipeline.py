@@ -32,13 +32,13 @@ import tvm_ffi
 
 from ..common.run_dir import RunDir
 from .._version import __version__
-from ..artifact.baseline import RUNTIME_FORMATS, RUNTIME_NAMES, BaselineResult, compare_with_baseline
-from ..board.base import Board, EmbeddedBoard
+from ..board.baseline import RUNTIME_FORMATS, RUNTIME_NAMES, BaselineResult
+from ..board.base import Board
 from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import BuildStats, WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
 from ..common.failure import is_failed
-from ..errors import EdgetuneError, TuningInterrupted
+from ..errors import EdgetuneError, ModelError, TuningInterrupted
 from ..history import open_history
 from ..costmodel.warmstart import WarmStartReport, warm_start
 from ..tasks.signature import operator_signature
@@ -659,14 +659,16 @@ class TuningPipeline:
         return len(measured)
 
     def time_baseline(self, session: TuneSession, model: LoadedModel, artifact: str, runtime: str) -> BaselineResult:
-        """One runtime of tuning.baseline: the same model file beside ``model.so``, on this machine; never fails the tune."""
-        if not isinstance(session.board, EmbeddedBoard):
-            return BaselineResult(runtime, error=f"runs only on the embedded board (this machine) so far, not on {session.board.label}")
-        session.progress.phase = f"timing {RUNTIME_NAMES.get(runtime, runtime)} beside the tuned model on this machine"
+        """One runtime of tuning.baseline: the same model file beside ``model.so``, on the board; never fails the tune."""
+        session.progress.phase = f"timing {RUNTIME_NAMES.get(runtime, runtime)} beside the tuned model on {session.board.label}"
         self.sink.on_phase(session.progress)
-        return compare_with_baseline(
-            runtime, artifact, model.bytes_for(RUNTIME_FORMATS[runtime]), model.random_inputs(seed=0),
-            self.profile.device.num_threads, given_as=model.format,
+        try:
+            model_bytes = model.bytes_for(RUNTIME_FORMATS[runtime])
+        except ModelError as error:
+            return BaselineResult(runtime, error=str(error))
+        return session.board.time_baseline(
+            runtime, artifact, model_bytes, model.random_inputs(seed=0), self.profile.device.num_threads,
+            given_as=model.format,
         )
 
     def summarize(self, plan: TaskPlan, session: TuneSession, outcome: TuneOutcome) -> TuneSummary:

@@ -105,7 +105,7 @@ class EndToEnd:
     delivered: str = "tuned"  # "untuned" when the tuned build measured slower and model.so is the untuned build
     # sum over tasks of weight x best latency, as tuning measured them: the tuned build's time inside its kernels
     tuned_kernels_ms: float | None = None
-    # tuning.baseline: the runtime a user would otherwise run, timed beside model.so (artifact.baseline.BaselineResult)
+    # tuning.baseline: the runtime a user would otherwise run, timed beside model.so (board.baseline.BaselineResult)
     baselines: list[dict[str, Any]] = field(default_factory=list)
 
     @property

@@ -155,10 +155,16 @@ def start_sshd(
     user_key: Path | None = None,
     netns: NetNamespace | None = None,
     chroot: Path | None = None,
+    cpuinfo: str = "",
     set_path: str = "",
     startup_timeout_sec: float = 20.0,
 ) -> SshServer:
-    """Start sshd (in ``netns``, chrooting sessions into ``chroot`` if given) and wait for its banner."""
+    """Start sshd (in ``netns``, chrooting sessions into ``chroot`` if given) and wait for its banner.
+
+    ``cpuinfo``: the chroot's /proc/cpuinfo instead of this host's. Under qemu-user a board sees the
+    host's x86 cpuinfo; ARM code that reads it to pick kernels (the cpuinfo library in ONNX Runtime
+    and XNNPACK) crashes on it, where on a real ARM board it reads the ARM one.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
     host_key = keygen(workdir / "host_ed25519_key", "edgetune-test-host")
@@ -181,10 +187,14 @@ def start_sshd(
     config = workdir / "sshd_config"
     config.write_text("\n".join(lines) + "\n")
     command = [SSHD, "-D", "-e", "-f", str(config)]
+    if cpuinfo:
+        (workdir / "cpuinfo").write_text(cpuinfo)
     if chroot is not None:
         # private mount namespace: proc/dev/sys for the chroot, tmpfs over /root and /tmp
         mounts = (
-            f"mount -t proc proc {chroot}/proc && mount --rbind /dev {chroot}/dev && "
+            f"mount -t proc proc {chroot}/proc && "
+            + (f"mount --bind {shlex.quote(str(workdir / 'cpuinfo'))} {chroot}/proc/cpuinfo && " if cpuinfo else "")
+            + f"mount --rbind /dev {chroot}/dev && "
             f"mount --rbind /sys {chroot}/sys && mount -t tmpfs -o mode=700 tmpfs {chroot}/root && "
             f"mount -t tmpfs -o mode=1777 tmpfs {chroot}/tmp && exec {shlex.join(command)}"
         )

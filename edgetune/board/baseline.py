@@ -14,6 +14,12 @@ on a machine with as many threads as cores, slow the next TVM round down;
 they are told not to (``session.intra_op.allow_spinning = 0``), so that each
 runtime finds the cores idle when its round starts. Used by ``edgetune tune
 --baseline`` and by ``benchmarks/vs_onnxruntime.py`` alike.
+
+On a provisioned board the same file runs as a script (``python baseline.py
+RUNTIME --artifact model.so --model FILE --input NAME=x.npy``, printing the
+result as JSON): it imports only the standard library at its top, and numpy,
+TVM's runtime and the baseline runtime when it runs, so the board times both
+models with this very loop (see :mod:`edgetune.provision.baseline`).
 """
 
 from __future__ import annotations
@@ -64,6 +70,15 @@ class BaselineResult:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "speedup": self.speedup}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BaselineResult":
+        """The inverse of :meth:`to_dict` (JSON turns the spreads into lists)."""
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        for name in ("baseline_spread_ms", "tuned_spread_ms"):
+            if known.get(name) is not None:
+                known[name] = tuple(known[name])
+        return cls(**known)
+
 
 #: how each baseline runtime is named to a user
 RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime", "litert": "LiteRT"}
@@ -89,7 +104,8 @@ def compare_with_baseline(
     """Time ``artifact`` (a compiled Relax module) and ``runtime`` on the same ``inputs`` in interleaved rounds.
 
     ``model_bytes`` is the model file in the runtime's format (:data:`RUNTIME_FORMATS`; None: the model was
-    given in another, named by ``given_as``). ``allow_spinning=True`` leaves ONNX Runtime's threads spinning
+    given in another, named by ``given_as``, and could not be converted; bytes with another ``given_as``:
+    converted from it, which the protocol says). ``allow_spinning=True`` leaves ONNX Runtime's threads spinning
     between runs (its default; unfair on a machine without spare cores). Never raises for a missing runtime
     or model: the result's ``error`` says why.
     """
@@ -131,7 +147,9 @@ def compare_with_baseline(
         baseline_spread_ms=(min(baseline_ms), max(baseline_ms)), tuned_spread_ms=(min(tuned_ms), max(tuned_ms)),
         max_rel_diff=rel, outputs_match=rel <= OUTPUT_RTOL,
         protocol=f"{rounds} interleaved rounds of {number} calls, {threads} threads, median"
-        + (f"; ONNX Runtime spinning {'on' if allow_spinning else 'off'}" if runtime == "onnxruntime" else "; XNNPACK"),
+        + (f"; ONNX Runtime spinning {'on' if allow_spinning else 'off'}" if runtime == "onnxruntime" else "; XNNPACK")
+        + (f"; the model exported from {FORMAT_NAMES.get(given_as, given_as)}"
+           if given_as and given_as != RUNTIME_FORMATS[runtime] else ""),
     )
 
 
@@ -157,7 +175,8 @@ def _load(runtime: str, model_bytes: bytes, threads: int, allow_spinning: bool) 
             options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
             options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
             session = engine.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
-            return version, lambda feed: session.run(None, feed)[0]
+            names = [given.name for given in session.get_inputs()]  # fed by position: an export may rename
+            return version, lambda feed: session.run(None, dict(zip(names, feed.values())))[0]
         interpreter = Interpreter(model_content=model_bytes, num_threads=threads)
         interpreter.allocate_tensors()
     except Exception as error:  # noqa: BLE001 - the runtime's own errors: an operator it lacks, a bad file
@@ -172,3 +191,36 @@ def _load(runtime: str, model_bytes: bytes, threads: int, allow_spinning: bool) 
         return interpreter.get_tensor(output)
 
     return version, invoke
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The board side: time RUNTIME beside ARTIFACT on the given inputs and print the result as one JSON line."""
+    import argparse
+    import json
+
+    import numpy as np
+
+    parser = argparse.ArgumentParser(description="time a baseline runtime beside a compiled Relax module")
+    parser.add_argument("runtime", choices=sorted(RUNTIME_NAMES))
+    parser.add_argument("--artifact", required=True, help="the compiled model (model.so)")
+    parser.add_argument("--model", required=True, help="the model file in the runtime's format")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=NPY", help="one per model input, in order")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--number", type=int, default=10)
+    parser.add_argument("--given-as", default="", help="the format the user gave the model in")
+    args = parser.parse_args(argv)
+    inputs = {}
+    for item in args.input:
+        name, _, path = item.rpartition("=")
+        inputs[name] = np.load(path)
+    with open(args.model, "rb") as handle:
+        model_bytes = handle.read()
+    result = compare_with_baseline(args.runtime, args.artifact, model_bytes, inputs, args.threads,
+                                   rounds=args.rounds, number=args.number, given_as=args.given_as)
+    print(json.dumps(result.to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -176,8 +176,18 @@ def loopback_board(tmp_path_factory: pytest.TempPathFactory) -> TrackerAddress:
     board.stop()
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run the real ``edgetune`` console entry point."""
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None,
+            fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run the ``edgetune`` command in its own process, as the console script does.
+
+    The process is forked from a server that imported TVM once (``tests/harness/cli_fork.py``), which
+    saves the 3-4 s import per call; ``fresh=True`` starts the real console script in a new interpreter.
+    """
+    merged = {**os.environ, **(env or {})}
+    if not fresh:
+        from harness.cli_fork import run_forked_cli
+
+        return run_forked_cli([str(arg) for arg in args], cwd=None if cwd is None else str(cwd), env=merged, timeout=timeout)
     script = Path(sys.executable).parent / "edgetune"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "edgetune.cli"]
     return subprocess.run(
@@ -186,5 +196,5 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env=merged,
     )

@@ -12,6 +12,10 @@ the ONNX model it was tuned from) this times, on the same input and threads:
 and reports each runtime's median over rounds. The fair protocol is the one
 whose interleaved medians stay closest to each runtime alone.
 
+For a run directory whose model is a ``.tflite`` file the baseline is LiteRT
+(XNNPACK, whose Python API has no spinning switch): LiteRT alone and TVM alone,
+before and after the two interleaved as ``--baseline litert`` does it.
+
 Usage::
 
   python benchmarks/baseline_fairness.py RUN_DIR [RUN_DIR ...] [--rounds 15 --number 10] [--write-results]
@@ -58,6 +62,76 @@ def _alone_ort(onnx: bytes, inputs: dict[str, Any], threads: int, spinning: bool
             session.run(None, inputs)
         times.append((time.perf_counter() - started) / number * 1e3)
     return statistics.median(times)
+
+
+def _alone_litert(tflite: bytes, inputs: dict[str, Any], threads: int, rounds: int, number: int) -> float:
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=tflite, num_threads=threads)
+    interpreter.allocate_tensors()
+    slots = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    for name, value in inputs.items():
+        interpreter.set_tensor(slots[name], np.asarray(value))
+    interpreter.invoke()
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(number):
+            interpreter.invoke()
+        times.append((time.perf_counter() - started) / number * 1e3)
+    return statistics.median(times)
+
+
+def measure_litert(run_dir: Path, rounds: int, number: int) -> dict[str, Any]:
+    """TVM and LiteRT alone, then interleaved by the product's comparison."""
+    from edgetune.board.baseline import compare_with_baseline
+    from edgetune.profile import load_profile
+    from edgetune.tasks import load_model
+    from edgetune.tuning import TuneSummary
+
+    summary = TuneSummary.load(run_dir)
+    threads = load_profile(summary.profile).device.num_threads
+    model = load_model(summary.model.source)
+    inputs = model.random_inputs(seed=0)
+    artifact = run_dir / "model.so"
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    row = {"model": summary.model.source, "threads": threads, "load_before": os.getloadavg()[0]}
+    row["tvm_alone"] = _alone_tvm(artifact, inputs, rounds, number)
+    row["litert_alone"] = _alone_litert(model.data, inputs, threads, rounds, number)
+    result = compare_with_baseline("litert", artifact, model.data, inputs, threads, rounds=rounds, number=number)
+    row["tvm_interleaved"], row["litert_interleaved"] = result.tuned_ms, result.baseline_ms
+    row["tvm_alone_after"] = _alone_tvm(artifact, inputs, rounds, number)  # drift over the row
+    row["litert_alone_after"] = _alone_litert(model.data, inputs, threads, rounds, number)
+    row["load_after"] = os.getloadavg()[0]
+    return row
+
+
+def report_litert(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        "## Fairness of the interleaved comparison with LiteRT (issue 29)",
+        "",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {os.cpu_count()} CPUs. "
+        f"Reproduce: `python benchmarks/baseline_fairness.py RUN_DIR... --rounds {args.rounds} --number {args.number} --write-results` "
+        "(run directories of `edgetune tune` on a `.tflite` model, e.g. from `benchmarks/make_tflite.py`).",
+        "",
+        "Medians over rounds (ms). Interleaved = the product's comparison (`edgetune tune --baseline litert`): each round "
+        "TVM's time_evaluator, then LiteRT's `invoke` as many times. Alone = each runtime by itself, before and after "
+        "the interleaved rounds. A ratio is interleaved / alone (mean of before and after): 1.00 = unaffected.",
+        "",
+        "| model | threads | TVM alone (before / after) | LiteRT alone (before / after) | TVM / LiteRT interleaved | "
+        "ratios vs alone | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        tvm = (r["tvm_alone"] + r["tvm_alone_after"]) / 2
+        lite = (r["litert_alone"] + r["litert_alone_after"]) / 2
+        lines.append(
+            f"| {r['model']} | {r['threads']} | {r['tvm_alone']:.3f} / {r['tvm_alone_after']:.3f} | "
+            f"{r['litert_alone']:.3f} / {r['litert_alone_after']:.3f} | {r['tvm_interleaved']:.3f} / {r['litert_interleaved']:.3f} | "
+            f"{r['tvm_interleaved'] / tvm:.2f} / {r['litert_interleaved'] / lite:.2f} | {r['load_before']:.2f} / {r['load_after']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def measure(run_dir: Path, rounds: int, number: int) -> dict[str, Any]:
@@ -119,14 +193,22 @@ def main() -> int:
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
-    rows = [measure(run_dir, args.rounds, args.number) for run_dir in args.run_dirs]
-    text = report(rows, args)
-    print(text)
-    if args.write_results:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from _results import write_section
+    from edgetune.tuning import TuneSummary
 
-        write_section(text, MARK)
+    tflite = [d for d in args.run_dirs if TuneSummary.load(d).model.source.endswith(".tflite")]
+    onnx = [d for d in args.run_dirs if d not in tflite]
+    sections = []
+    if onnx:
+        sections.append((report([measure(d, args.rounds, args.number) for d in onnx], args), MARK))
+    if tflite:
+        sections.append((report_litert([measure_litert(d, args.rounds, args.number) for d in tflite], args), MARK + "_litert"))
+    for text, mark in sections:
+        print(text)
+        if args.write_results:
+            sys.path.insert(0, str(Path(__file__).parent))
+            from _results import write_section
+
+            write_section(text, mark)
     return 0
 
 

@@ -23,6 +23,11 @@ Usage::
   python benchmarks/vs_onnxruntime.py --models mobilenetv1 --res 96 --graph-optimization none full   # graphs side by side
   python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 1 2 --schedules off auto   # from the shipped library
   python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 8 16 --schedules off --conv-layout as-is NCHWc   # layouts
+  python benchmarks/vs_onnxruntime.py --models mobilenetv2 edgetune-out/tflite/mobilenet_v2-224.tflite --per-task 8   # + LiteRT
+
+A ``.tflite`` model (written by ``benchmarks/make_tflite.py``, Keras applications
+with random weights) is tuned from that file and timed against LiteRT with its
+XNNPACK kernels (``edgetune tune --baseline litert``) instead of ONNX Runtime.
 
 ``demo:mobilenetv1`` keeps BatchNormalization and Clip nodes as Keras/TensorFlow
 exporters emit them; the other demos have batch norms folded in code. With
@@ -50,16 +55,23 @@ MARK = "vs_onnxruntime"
 MODELS = ("resnet18", "mobilenetv2", "squeezenet", "transformer", "mobilenetv1")
 
 
-def time_interleaved(artifact: Path, onnx_bytes: bytes, inputs: dict[str, Any], threads: int, rounds: int, number: int) -> dict[str, Any]:
-    """Median latency (ms) of the tuned module and of ONNX Runtime: the product's comparison (``--baseline``)."""
+def time_interleaved(
+    artifact: Path, model_bytes: bytes, inputs: dict[str, Any], threads: int, rounds: int, number: int,
+    runtime: str = "onnxruntime",
+) -> dict[str, Any]:
+    """Median latency (ms) of the tuned module and of the baseline runtime: the product's comparison (``--baseline``).
+
+    ONNX Runtime for an ONNX model (keys ``ort_*``), LiteRT for a ``.tflite`` one (keys ``litert_*``).
+    """
     from edgetune.board.baseline import compare_with_baseline
 
-    result = compare_with_baseline("onnxruntime", artifact, onnx_bytes, inputs, threads, rounds=rounds, number=number)
+    result = compare_with_baseline(runtime, artifact, model_bytes, inputs, threads, rounds=rounds, number=number)
     if result.error is not None:
         raise SystemExit(f"vs_onnxruntime: {result.error}")
+    key = "ort" if runtime == "onnxruntime" else runtime
     return {
-        "tvm_ms": result.tuned_ms, "ort_ms": result.baseline_ms,
-        "tvm_spread_ms": list(result.tuned_spread_ms), "ort_spread_ms": list(result.baseline_spread_ms),
+        "baseline": runtime, "baseline_ms": result.baseline_ms, "tvm_ms": result.tuned_ms, f"{key}_ms": result.baseline_ms,
+        "tvm_spread_ms": list(result.tuned_spread_ms), f"{key}_spread_ms": list(result.baseline_spread_ms),
         "max_rel_diff": result.max_rel_diff, "protocol": result.protocol,
     }
 
@@ -72,7 +84,8 @@ def run_model(
     from edgetune.tasks import load_model
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
 
-    spec = f"demo:{name}" + (f"@{args.res}" if args.res and name != "transformer" else "")
+    tflite = name.endswith(".tflite")  # a model file as a TensorFlow user has it: LiteRT is its baseline
+    spec = name if tflite else f"demo:{name}" + (f"@{args.res}" if args.res and name != "transformer" else "")
     profile = load_profile(args.profile)
     overrides = {"seed": seed, **({"cost_model": args.cost_model} if args.cost_model else {})}
     if graph is not None:
@@ -85,7 +98,7 @@ def run_model(
     model = load_model(spec)
     inputs = {s.name: model.random_inputs(seed=0)[s.name] for s in model.inputs}
     out_dir = args.out / (
-        f"{name}-seed{seed}" + (f"-graph-{graph}" if graph else "") + (f"-schedules-{_label(schedules)}" if schedules else "")
+        f"{Path(name).stem if tflite else name}-seed{seed}" + (f"-graph-{graph}" if graph else "") + (f"-schedules-{_label(schedules)}" if schedules else "")
         + (f"-layout-{layout}" if layout else "")
     )
     options = TuneOptions(profile=profile, model=spec, out_dir=out_dir)
@@ -98,7 +111,9 @@ def run_model(
         started = time.monotonic()
         summary = run_tune(options)
         wall = time.monotonic() - started
-        timing = time_interleaved(summary.artifact, model.onnx_bytes, inputs, profile.device.num_threads, args.rounds, args.number)
+        runtime = "litert" if tflite else "onnxruntime"
+        timing = time_interleaved(summary.artifact, model.bytes_for("tflite" if tflite else "onnx"), inputs,
+                                  profile.device.num_threads, args.rounds, args.number, runtime)
         rows.append({
             "model": spec, "graph": profile.tuning.graph_optimization, "conv_layout": profile.tuning.conv_layout, "schedules": _label(profile.tuning.schedules),
             "library_used": bool(summary.schedules and summary.schedules.get("used")),
@@ -110,7 +125,7 @@ def run_model(
             "tune_wall_s": wall, "device_s": summary.seconds.device,
             "untuned_ms": summary.end_to_end.untuned_ms, "tuned_ms_on_board": summary.end_to_end.tuned_ms,
             "kept_default": [t.name for t in summary.tasks if getattr(t, "kept_default", False)],
-            **timing, "ratio": timing["tvm_ms"] / timing["ort_ms"],
+            **timing, "ratio": timing["tvm_ms"] / timing["baseline_ms"],
         })
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -138,7 +153,9 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
     variants = sorted({(_graph_cell(r), r.get("schedules", "-")) for r in rows})
     layouts = {r.get("conv_layout", "as-is") for r in rows}
     lines = [
-        "## edgetune vs ONNX Runtime: convolution layouts side by side at equal trials (issue 26)"
+        "## edgetune vs LiteRT on the same CPU: .tflite models as a TensorFlow user has them (issue 29)"
+        if any(r.get("baseline") == "litert" for r in rows)
+        else "## edgetune vs ONNX Runtime: convolution layouts side by side at equal trials (issue 26)"
         if len(layouts) > 1
         else "## edgetune vs ONNX Runtime: tunes that start from the schedule library (issue 27)"
         if any(v[1] not in ("-", "None") for v in variants)
@@ -160,7 +177,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         f"Each model tuned by `run_tune` with profile `{args.profile}` (what `edgetune tune` runs), budgets resumed "
         "one from the other; then the delivered `model.so` and ONNX Runtime timed in one process, same threads, "
         f"{args.rounds} interleaved rounds of {args.number} calls; latency = median of rounds. Ratio = edgetune / ONNX Runtime "
-        "(below 1: edgetune faster). Max rel diff = max |tvm - ort| / max |ort| on one input.",
+        "(below 1: edgetune faster); a `.tflite` model is timed against LiteRT (XNNPACK) instead, the same way. "
+        "Max rel diff = max |tvm - baseline| / max |baseline| on one input.",
         "",
         "On the board = the tuned model as `edgetune tune` measured it on its (loopback) board, alone, without ONNX "
         "Runtime in the process. Graph = `tuning.graph_optimization` (and `tuning.conv_layout` when not as-is). Kernels = sum over tasks of weight x best latency as measured while tuning; "
@@ -170,7 +188,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         "Library = `tuning.schedules` (off, auto or a library file) and how many tasks started from the library's schedule.",
         "",
         "| model | graph | library | tasks | trials/task | trials | tuning wall (s) | untuned (ms) | edgetune (ms) | on the board (ms) "
-        "| kernels (ms) | whole / kernels | ONNX Runtime (ms) | ratio | max rel diff | tasks kept default | load |",
+        "| kernels (ms) | whole / kernels | baseline (ms) | ratio | max rel diff | tasks kept default | load |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -181,7 +199,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
             f"| {r['model']} (seed {r['seed']}) | {_graph_cell(r)} | {_library_cell(r)} | {r['tasks']} | {r['per_task']} | {r['trials']} | "
             f"{r['tune_wall_s']:.0f} | {r['untuned_ms']:.3f} | {r['tvm_ms']:.3f} | {r['tuned_ms_on_board']:.3f} | "
             f"{kernels or 0:.3f} | {overhead} | "
-            f"{r['ort_ms']:.3f} | {r['ratio']:.2f} | {r['max_rel_diff']:.1e} | {len(r['kept_default'])} | {load} |"
+            f"{_baseline_cell(r)} | {r['ratio']:.2f} | {r['max_rel_diff']:.1e} | {len(r['kept_default'])} | {load} |"
         )
     lines += [
         "", "Geometric mean of the ratio over models (median over seeds, [min-max]):", "",
@@ -209,6 +227,20 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
     return "\n".join(lines)
 
 
+def _baseline_cell(row: dict[str, Any]) -> str:
+    """``12.345`` for ONNX Runtime (the table's default), ``LiteRT 12.345`` for a .tflite model's row."""
+    if row.get("baseline", "onnxruntime") == "onnxruntime":
+        return f"{row['ort_ms']:.3f}"
+    return f"LiteRT {row['baseline_ms']:.3f}"
+
+
+def _model_name(value: str) -> str:
+    """A demo's name, or a .tflite file (tuned from the file, timed against LiteRT)."""
+    if value in MODELS or value.endswith(".tflite"):
+        return value
+    raise argparse.ArgumentTypeError(f"must be one of {', '.join(MODELS)} or a .tflite file, got {value!r} instead")
+
+
 def _graph_cell(row: dict[str, Any]) -> str:
     layout = row.get("conv_layout", "as-is")
     return row.get("graph", "-") + ("" if layout == "as-is" else f", {layout}")
@@ -222,7 +254,8 @@ def _library_cell(row: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), type=_model_name,
+                        help="demos, or .tflite files (benchmarks/make_tflite.py) timed against LiteRT instead of ONNX Runtime")
     parser.add_argument("--per-task", type=int, nargs="+", default=[8, 16, 32], help="measured trials per task, ascending")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--res", type=int, default=None, help="input resolution of the CNNs (default: each demo's 224)")
@@ -278,6 +311,7 @@ def main() -> int:
         write_section(
             text, MARK + ("_graph" if len(args.graph_optimization) > 1 else "") + ("_library" if any(args.schedules) else "")
             + ("_layout" if len(args.conv_layout) > 1 else "")
+            + ("_litert" if any(str(name).endswith(".tflite") for name in args.models) else "")
         )
     return 0
 

@@ -12,7 +12,9 @@ The fair protocol (measured in ``benchmarks/baseline_fairness.py``, see
 RESULTS.md): ONNX Runtime's intra-op threads spin after a run by default and,
 on a machine with as many threads as cores, slow the next TVM round down;
 they are told not to (``session.intra_op.allow_spinning = 0``), so that each
-runtime finds the cores idle when its round starts. Used by ``edgetune tune
+runtime finds the cores idle when its round starts. LiteRT's XNNPACK threads
+need no such switch: interleaved, both runtimes stay within 4 % of their time
+alone (MobileNetV2 from a ``.tflite``, RESULTS.md). Used by ``edgetune tune
 --baseline`` and by ``benchmarks/vs_onnxruntime.py`` alike.
 
 On a provisioned board the same file runs as a script (``python baseline.py

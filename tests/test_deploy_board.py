@@ -123,7 +123,7 @@ def test_deploy_times_the_baselines_on_the_board(site: Site, tmp_path: Path) -> 
     assert f"baseline LiteRT: {missing['error']}" in result.stdout.splitlines()
 
 
-def test_a_provisioned_board_times_the_tunes_baseline_over_ssh(site: Site, tmp_path: Path) -> None:
+def test_a_provisioned_board_times_the_tunes_baseline_over_ssh(site: Site, tmp_path: Path, monkeypatch) -> None:
     """What `tune --board lo --baseline onnxruntime` asks of the board after tuning: the same timing, in its venv."""
     from edgetune.common.run_dir import RunDir
     from edgetune.profile import load_profile
@@ -132,17 +132,14 @@ def test_a_provisioned_board_times_the_tunes_baseline_over_ssh(site: Site, tmp_p
 
     run_dir = make_run_dir(tmp_path / "run")
     model = load_model("demo:tiny-cnn")
-    os.environ.update(site.env)  # the inventory and state this site's CLI calls see
-    try:
-        choice = choose_board("lo", str(site.inventory))  # as `tune --board lo` resolves it
-        board = resolve_board(choice, load_profile("host"), choice.key, RunDir(tmp_path / "tune"), lambda _m: None)
-        assert isinstance(board, ProvisionedBoard)
-        with board:
-            result = board.time_baseline("onnxruntime", run_dir / "model.so", model.bytes_for("onnx"),
-                                         model.random_inputs(seed=0), 1, given_as="onnx")
-    finally:
-        for key in site.env:
-            os.environ.pop(key, None)
+    for key, value in site.env.items():  # the inventory and state this site's CLI calls see
+        monkeypatch.setenv(key, value)
+    choice = choose_board("lo", str(site.inventory))  # as `tune --board lo` resolves it
+    board = resolve_board(choice, load_profile("host"), choice.key, RunDir(tmp_path / "tune"), lambda _m: None)
+    assert isinstance(board, ProvisionedBoard)
+    with board:
+        result = board.time_baseline("onnxruntime", run_dir / "model.so", model.bytes_for("onnx"),
+                                     model.random_inputs(seed=0), 1, given_as="onnx")
     assert result.error is None and result.outputs_match and result.protocol.endswith("; on board lo"), result
     assert result.baseline_ms > 0 and result.tuned_ms > 0 and "1 threads" in result.protocol
 

@@ -110,7 +110,8 @@ def test_deploy_times_the_baselines_on_the_board(site: Site, tmp_path: Path) -> 
     assert f"ONNX Runtime {onnx['baseline_ms']:.3f} ms on this board: " in result.stdout
     assert litert["error"] == "runs a .tflite file; this model was given as an ONNX file"
     assert f"baseline LiteRT: {litert['error']}" in result.stdout.splitlines()
-    assert not list((site.root / "remote-lo").glob("baseline-runs/*"))  # the scratch directory is gone
+    scratch = site.root / "remote-lo" / "baseline-runs"  # under the board's remote_dir: one directory per timing
+    assert scratch.is_dir() and not list(scratch.iterdir())  # made for the runs, then removed
 
     # a .tflite model: LiteRT is its baseline, but provision did not install it on this board
     from tflite_models import write_model

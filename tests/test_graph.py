@@ -50,6 +50,54 @@ def test_blocked_convolutions_compute_the_same(mcpu: str, block: int) -> None:
     np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("spec, transforms", [("demo:mobilenetv1@64", 2), ("demo:mobilenetv2@64", None)])
+def test_mobilenets_block_their_depthwise_convolutions_and_clips(spec: str, transforms: int | None) -> None:
+    """NCHWc on a MobileNet: depthwise convs blocked too, ReLU6 (ONNX Clip) in their epilogues, same outputs.
+
+    MobileNetV1 keeps its 27 BatchNormalization and Clip nodes as Keras exports them: blocked, only the
+    3-channel stem's output and the pooled end change layout. MobileNetV2's 24-channel layers do not divide
+    into blocks of 16, so they stay NCHW with transforms around them; every other depthwise conv is blocked.
+    """
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "skylake-avx512"})
+    model = load_model(spec)
+    blocked = prepare_graph(model, "NCHWc", "full", target)
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHWc"]
+    assert entry.status == "applied" and "depthwise" in entry.detail and "clip bounds as ops" in entry.detail, entry
+    names = [t.task_name for t in ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)]
+    depthwise = [n for n in names if "depthwise_conv2d_NCHWc" in n]
+    assert len(depthwise) >= 6 and all("maximum" in n and "minimum" in n for n in depthwise), names
+    # no clip left as a pass of its own over memory, and no depthwise conv left unblocked but the 24-channel ones
+    assert not [n for n in names if "maximum" in n and "conv2d" not in n], names
+    if transforms is not None:
+        assert sum("layout_transform" in n for n in names) == transforms, names
+    x = model.random_inputs(0)["input"]
+    reference = run(prepare_graph(model, "as-is", "full").mod, x)
+    np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_only_topi_maximum_and_minimum_with_a_scalar_become_clip_ops() -> None:
+    """The Clip recognizer compares whole PrimFuncs: an add, or a maximum of two tensors, stays a call_tir."""
+    from tvm import topi
+
+    from edgetune.tasks.blocking import clips_as_ops
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 16, 4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            lo = bb.emit_te(topi.maximum, x, relax.const(0.0, "float32"))
+            hi = bb.emit_te(topi.minimum, lo, relax.const(6.0, "float32"))
+            added = bb.emit_te(topi.add, hi, relax.const(1.0, "float32"))
+            out = bb.emit_output(bb.emit_te(topi.maximum, added, x))
+        bb.emit_func_output(out)
+    mod, rewritten = clips_as_ops(bb.get())
+    assert rewritten == 2
+    text = mod["main"].script()
+    assert "R.maximum(x, R.const(0.0" in text and "R.minimum(" in text and text.count("R.call_tir") == 2, text
+    values = np.random.default_rng(0).normal(0, 4, (1, 16, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(run(mod, values), run(bb.get(), values))
+
+
 def test_unknown_layout_is_rejected() -> None:
     with pytest.raises(ValueError, match="conv_layout must be one of as-is, NHWC, NCHWc, got 'NCHW8c' instead"):
         prepare_graph(load_model("demo:tiny-cnn"), "NCHW8c")

@@ -31,11 +31,11 @@ Convolution + bias + residual add + activation end up in one kernel through
 ``ConvertLayout`` (weights are constants, so their transposes fold away).
 ``"NCHWc"`` is the blocked channel layout ONNX Runtime's x86 kernels use,
 blocked by the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4
-otherwise): ``NCHW16c`` data and ``OIHW16i16o`` weights. Relax's
-``LegalizeOps`` has no lowering for a blocked convolution, so this pass lowers
-those itself, to TOPI's ``conv2d_NCHWc``; convolutions whose channels do not
-divide into blocks (a 3-channel stem) and grouped ones stay NCHW, with a
-layout transform between.
+otherwise): ``NCHW16c`` data and ``OIHW16i16o`` weights, depthwise
+convolutions and the ``Clip`` after them included (:mod:`edgetune.tasks.blocking`
+says how, and lowers what Relax's ``LegalizeOps`` cannot); convolutions whose
+channels do not divide into blocks (a 3-channel stem) and grouped ones other
+than depthwise stay NCHW, with a layout transform between.
 
 A pass that fails on a model is skipped: the model keeps the graph from before
 that pass, and :class:`GraphReport` (written to ``summary.json``) says which
@@ -178,38 +178,11 @@ def vector_lanes(target: Any) -> int:
 
 
 def _block_channels(block: int, target: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
-    """Convolutions to ``NCHW{block}c``/``OIHW{block}i{block}o``, lowered to TOPI's ``conv2d_NCHWc``."""
-    from tvm import topi
-
-    lower_default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
-    blocked = (f"NCHW{block}c", f"OIHW{block}i{block}o")
-
-    def lower(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-        attrs = call.attrs
-        if attrs.data_layout == "NCHW":
-            return lower_default(bb, call)
-        if (attrs.data_layout, attrs.kernel_layout) != blocked or attrs.groups != 1:
-            raise ValueError(f"no lowering for a conv2d in {attrs.data_layout}/{attrs.kernel_layout} with {attrs.groups} groups")
-        data, kernel = call.args
-        return bb.call_te(
-            topi.nn.conv2d_NCHWc, data, kernel, attrs.strides, attrs.padding, attrs.dilation,
-            attrs.data_layout, attrs.out_layout or attrs.data_layout, attrs.out_dtype or "float32",
-            primfunc_name_hint="conv2d_NCHWc",
-        )
+    """Convolutions, depthwise ones included, to ``NCHW{block}c``, lowered (:mod:`edgetune.tasks.blocking`)."""
+    from .blocking import block_channels
 
     def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
-        total = _count_ops(mod, "relax.nn.conv2d")
-        with target:
-            converted = tvm.transform.Sequential(
-                [relax.transform.ConvertLayout({"relax.nn.conv2d": list(blocked)}), relax.transform.Normalize(),
-                 relax.transform.FoldConstant()]
-            )(mod)
-            kept = _count_ops(converted, "relax.nn.conv2d", lambda call: call.attrs.data_layout == "NCHW")
-            lowered = tvm.transform.Sequential(
-                [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": lower}),
-                 relax.transform.FoldConstant()]
-            )(converted)
-        return lowered, f"{total - kept} of {total} convolutions in NCHW{block}c"
+        return block_channels(mod, block, target)
 
     return apply
 

@@ -1,0 +1,327 @@
+"""Blocked channel layout (``NCHW{b}c``) for CPU convolutions, the layout ONNX Runtime's x86 kernels use.
+
+``b`` is the target's float32 vector lanes, so the innermost axis of every
+blocked tensor is one vector register. :func:`block_channels` does it in three
+steps:
+
+1. ONNX's ``Clip``, which the importer emits as ``call_tir`` of TOPI's
+   ``maximum``/``minimum`` (opaque to ``ConvertLayout``), becomes Relax's
+   ``maximum``/``minimum`` ops again, recognized by structural equality with
+   the PrimFunc TOPI makes for the same shapes.
+2. Relax's ``ConvertLayout`` blocks the ordinary convolutions (``NCHW{b}c`` data,
+   ``OIHW{b}i{b}o`` weights) and the elementwise ops that follow them.
+3. :class:`_BlockRest` blocks what ``ConvertLayout`` leaves in NCHW between two
+   blocked kernels: depthwise convolutions (``ConvertLayout`` cannot prove the
+   blocked weight layout for one input channel per group, so MobileNets would
+   go blocked -> NCHW -> blocked around every depthwise conv), the elementwise
+   ops after them (bias, ReLU6 as ``maximum``/``minimum``, hard-swish, a
+   squeeze-excite gate), channel concats, and a re-blocking transform of a
+   tensor that is already blocked.
+4. ``LegalizeOps`` lowers blocked convolutions, which it has no lowering for:
+   ordinary ones to TOPI's ``conv2d_NCHWc``, depthwise ones to the
+   ``depthwise_conv2d_NCHWc`` compute below (TOPI 0.27 declares that operator
+   but registers no generic implementation).
+
+Convolutions whose channels do not divide into blocks (a 3-channel stem) and
+grouped convolutions other than depthwise stay NCHW, with a layout transform
+between.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tvm
+import tvm.sym
+import tvm_ffi
+from tvm import relax, te, topi
+
+_BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
+_UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
+          "relax.nn.gelu_tanh", "relax.exp", "relax.negative"}
+
+
+def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRModule, str]:
+    """Convolutions of ``mod`` in ``NCHW{block}c``, lowered; the detail line says how many."""
+    layouts = [f"NCHW{block}c", f"OIHW{block}i{block}o"]
+    total = _count(mod, lambda call: True)
+    depthwise = _count(mod, _is_depthwise)
+    mod, clips = clips_as_ops(mod)
+    with target:
+        converted = tvm.transform.Sequential(
+            [relax.transform.ConvertLayout({"relax.nn.conv2d": layouts}), relax.transform.Normalize(),
+             relax.transform.FoldConstant()]
+        )(mod)
+        rest = tvm.IRModule(converted.functions, attrs=converted.attrs)
+        for gvar, func in converted.functions_items():
+            if isinstance(func, relax.Function):
+                rest[gvar] = _BlockRest(converted, block).visit_expr(func)
+        rest = tvm.transform.Sequential(
+            [relax.transform.Normalize(), relax.transform.DeadCodeElimination(), relax.transform.FoldConstant()]
+        )(rest)
+        kept = _count(rest, lambda call: call.attrs.data_layout == "NCHW")
+        lowered = tvm.transform.Sequential(
+            [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
+             relax.transform.FoldConstant()]
+        )(rest)
+    detail = f"{total - kept} of {total} convolutions in NCHW{block}c"
+    if depthwise:
+        detail += f" ({depthwise} depthwise)"
+    if clips:
+        detail += f", {clips} clip bounds as ops"
+    return lowered, detail
+
+
+def clips_as_ops(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """``call_tir`` of TOPI's ``maximum``/``minimum`` with a scalar constant as Relax ops; how many were rewritten."""
+    rewriter = _ClipsAsOps(mod)
+    out = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            out[gvar] = rewriter.visit_expr(func)
+    if not rewriter.rewritten:
+        return mod, 0
+    return relax.transform.DeadCodeElimination()(out), rewriter.rewritten
+
+
+@relax.expr_functor.mutator
+class _ClipsAsOps(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.mod = mod
+        self.rewritten = 0
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not _is_op(call, "relax.call_tir") or not isinstance(call.args[1], relax.Tuple):
+            return call
+        callee, args = call.args[0], call.args[1].fields
+        if len(args) != 2 or not isinstance(args[1], tvm.ir.expr.Constant) or args[1].value.shape != ():
+            return call
+        shape = _shape(args[0])
+        if shape is None or not isinstance(callee, tvm.ir.GlobalVar) or callee not in self.mod.get_global_vars():
+            return call
+        dtype = args[0].ty.dtype
+        data, bound = te.placeholder(list(args[0].ty.shape.values), dtype), te.placeholder((), dtype)
+        prim = self.mod[callee]
+        for compute, op in ((topi.maximum, relax.op.maximum), (topi.minimum, relax.op.minimum)):
+            expected = te.create_prim_func([data, bound, compute(data, bound)]).without_attr("global_symbol")
+            if tvm_ffi.structural_equal(prim, expected):
+                self.rewritten += 1
+                return op(args[0], args[1])
+        return call
+
+
+def _count(mod: tvm.IRModule, where: Callable[[relax.Call], bool]) -> int:
+    count = 0
+
+    def visit(expr: relax.Expr) -> None:
+        nonlocal count
+        if _is_op(expr, "relax.nn.conv2d") and where(expr):
+            count += 1
+
+    for _gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return count
+
+
+def _is_op(expr: Any, name: str | set[str]) -> bool:
+    if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)):
+        return False
+    return expr.op.name == name if isinstance(name, str) else expr.op.name in name
+
+
+def _is_depthwise(call: relax.Call) -> bool:
+    """One input and one output channel per group, in NCHW/OIHW (a MobileNet's 3x3 depthwise conv)."""
+    attrs = call.attrs
+    if (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW") or attrs.groups == 1:
+        return False
+    weight = _shape(call.args[1])
+    data = _shape(call.args[0])
+    return weight is not None and data is not None and weight[1] == 1 and weight[0] == data[1] == attrs.groups
+
+
+def _shape(expr: relax.Expr) -> list[int] | None:
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
+        return None
+    return [int(v) for v in values]
+
+
+@relax.expr_functor.mutator
+class _BlockRest(relax.PyExprMutator):
+    """Blocks the ops ``ConvertLayout`` left in NCHW between blocked kernels (see the module docstring).
+
+    ``blocked`` maps a (new) NCHW variable to the blocked variable it equals.
+    Every rewritten op is emitted blocked and followed by a transform back to
+    NCHW bound to the original variable; dead-code elimination removes those
+    transforms that nothing reads.
+    """
+
+    def __init__(self, mod: tvm.IRModule, block: int) -> None:
+        super().__init__(mod)
+        self.block = block
+        self.blocked: dict[relax.Var, relax.Var] = {}
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if not isinstance(binding.var, relax.DataflowVar):
+            super().visit_var_binding_(binding)
+            return
+        value = self.visit_expr(binding.value)
+        if _is_op(value, "relax.layout_transform") and isinstance(value.args[0], relax.Var):
+            source = value.args[0]
+            if self._is_blocking(value) and source in self.blocked:
+                self.set_var_remap(binding.var, self.blocked[source])  # blocked again: the tensor it came from
+                return
+            if self._is_unblocking(value):
+                var = self.builder_.emit(value, binding.var.name)
+                self.blocked[var] = source
+                self.set_var_remap(binding.var, var)
+                return
+        rewritten = self._rewrite(value)
+        if rewritten is None:
+            var = self.builder_.emit(value, binding.var.name)
+        else:
+            blocked = self.builder_.emit(rewritten)
+            var = self.builder_.emit(self._unblock(blocked), binding.var.name)
+            self.blocked[var] = blocked
+        self.set_var_remap(binding.var, var)
+
+    def _rewrite(self, call: relax.Expr) -> relax.Expr | None:
+        """``call`` on blocked tensors, or None where it stays as it is."""
+        if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+            return None
+        name = call.op.name
+        if name == "relax.nn.conv2d" and _is_depthwise(call):
+            return self._depthwise(call)
+        if name in _UNARY and call.args[0] in self.blocked:
+            return relax.Call(call.op, [self.blocked[call.args[0]], *call.args[1:]], call.attrs)
+        if name in _BINARY and any(arg in self.blocked for arg in call.args[:2]):
+            left, right = (self._operand(arg) for arg in call.args[:2])
+            if left is not None and right is not None:
+                return relax.Call(call.op, [left, right], call.attrs)
+        if name == "relax.concat" and call.attrs.axis == 1 and isinstance(call.args[0], relax.Tuple):
+            fields = call.args[0].fields
+            if fields and all(f in self.blocked for f in fields):
+                return relax.op.concat([self.blocked[f] for f in fields], axis=1)
+        return None
+
+    def _operand(self, arg: relax.Expr) -> relax.Expr | None:
+        """``arg`` as an operand of a blocked elementwise op: blocked, a scalar, or a per-channel vector blocked."""
+        if arg in self.blocked:
+            return self.blocked[arg]
+        shape = _shape(arg)
+        if shape is None:
+            return None
+        if all(d == 1 for d in shape):
+            if isinstance(arg, tvm.ir.expr.Constant):
+                return relax.const(arg.value.numpy().reshape(()), arg.value.dtype)
+            return None
+        if len(shape) != 4 or shape[0] != 1 or shape[2:] != [1, 1] or shape[1] % self.block:
+            return None
+        channels = shape[1]
+        if isinstance(arg, tvm.ir.expr.Constant):
+            vector = arg.value.numpy().reshape(channels // self.block, self.block)
+            return relax.const(vector.reshape(1, channels // self.block, 1, 1, self.block), arg.value.dtype)
+        if isinstance(arg, relax.Var):  # a squeeze-excite gate: small, blocked by one transform
+            return self.builder_.emit(self._block(arg))
+        return None
+
+    def _depthwise(self, call: relax.Call) -> relax.Expr | None:
+        data, weight = call.args
+        channels = _shape(data)[1]
+        if channels % self.block or not isinstance(weight, tvm.ir.expr.Constant):
+            return None
+        blocked_data = self.blocked.get(data)
+        if blocked_data is None:
+            blocked_data = self.builder_.emit(self._block(data))
+        w = weight.value.numpy()
+        out_channels, _one, kh, kw = w.shape
+        # OIHW (C, 1, KH, KW) -> OIHW1i{b}o (C/b, 1, KH, KW, 1, b): output channel o = chunk * b + lane
+        w = w.reshape(out_channels // self.block, self.block, kh, kw).transpose(0, 2, 3, 1)
+        w = w.reshape(out_channels // self.block, 1, kh, kw, 1, self.block)
+        attrs = call.attrs
+        layout = f"NCHW{self.block}c"
+        return relax.op.nn.conv2d(
+            blocked_data, relax.const(w, weight.value.dtype), strides=attrs.strides, padding=attrs.padding,
+            dilation=attrs.dilation, groups=attrs.groups, data_layout=layout, kernel_layout=f"OIHW1i{self.block}o",
+            out_layout=layout, out_dtype=attrs.out_dtype,
+        )
+
+    def _block(self, var: relax.Expr) -> relax.Expr:
+        b = self.block
+        return relax.op.layout_transform(var, index_map=lambda n, c, h, w: (n, c // b, h, w, c % b))
+
+    def _unblock(self, var: relax.Expr) -> relax.Expr:
+        b = self.block
+        return relax.op.layout_transform(var, index_map=lambda n, c, h, w, v: (n, c * b + v, h, w))
+
+    def _is_blocking(self, call: relax.Call) -> bool:
+        b = self.block
+        return call.attrs.pad_value is None and _maps_like(
+            call.attrs.index_map, 4, lambda n, c, h, w: (n, c // b, h, w, c % b))
+
+    def _is_unblocking(self, call: relax.Call) -> bool:
+        b = self.block
+        return _maps_like(call.attrs.index_map, 5, lambda n, c, h, w, v: (n, c * b + v, h, w))
+
+
+def _maps_like(index_map: Any, arity: int, expected: Callable[..., tuple[int, ...]]) -> bool:
+    """``index_map`` sends probe indices where ``expected`` does (its variables' dtypes vary, so compare values)."""
+    if len(index_map.initial_indices) != arity:
+        return False
+    analyzer = tvm.sym.Analyzer()
+    for probe in ((0, 0, 0, 0, 0), (1, 3, 5, 7, 2), (2, 17, 1, 4, 15), (0, 38, 9, 11, 7)):
+        probe = probe[:arity]
+        got = [analyzer.simplify(e) for e in index_map.map_indices([tvm.tirx.const(i, "int64") for i in probe])]
+        if not all(isinstance(g, tvm.tirx.IntImm) for g in got) or [int(g) for g in got] != list(expected(*probe)):
+            return False
+    return True
+
+
+def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """LegalizeOps for ``relax.nn.conv2d``: NCHW as Relax does it, blocked ones to the blocked computes."""
+    attrs = call.attrs
+    if attrs.data_layout == "NCHW":
+        return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
+    data, kernel = call.args
+    layout, out_dtype = attrs.data_layout, attrs.out_dtype or "float32"
+    if attrs.kernel_layout.startswith("OIHW1i") and attrs.groups > 1:
+        return bb.call_te(
+            depthwise_conv2d_nchwc, data, kernel, attrs.strides, attrs.padding, attrs.dilation, out_dtype,
+            primfunc_name_hint="depthwise_conv2d_NCHWc",
+        )
+    if attrs.groups != 1:
+        raise ValueError(f"no lowering for a conv2d in {layout}/{attrs.kernel_layout} with {attrs.groups} groups")
+    return bb.call_te(
+        topi.nn.conv2d_NCHWc, data, kernel, attrs.strides, attrs.padding, attrs.dilation,
+        layout, attrs.out_layout or layout, out_dtype, primfunc_name_hint="conv2d_NCHWc",
+    )
+
+
+def depthwise_conv2d_nchwc(
+    data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilation: Any, out_dtype: str
+) -> te.Tensor:
+    """Depthwise convolution, ``NCHW{b}c`` data and ``OIHW1i{b}o`` weights (channel multiplier 1)."""
+    batch, chunks, height, width, lanes = data.shape
+    _chunks, _one, kernel_h, kernel_w, _one_i, _lanes = kernel.shape
+    stride_h, stride_w = (int(s) for s in strides)
+    dilation_h, dilation_w = (int(d) for d in dilation)
+    top, left, bottom, right = (int(p) for p in padding)
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
+    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    ry = te.reduce_axis((0, kernel_h), name="ry")
+    rx = te.reduce_axis((0, kernel_w), name="rx")
+    return te.compute(
+        (batch, chunks, out_h, out_w, lanes),
+        lambda n, c, y, x, v: te.sum(
+            data[n, c, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w, v].astype(out_dtype)
+            * kernel[c, 0, ry, rx, 0, v].astype(out_dtype),
+            axis=[ry, rx],
+        ),
+        name="depthwise_conv2d_NCHWc",
+    )

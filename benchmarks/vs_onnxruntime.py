@@ -271,7 +271,7 @@ def main() -> int:
         "default: the profile's",
     )
     parser.add_argument(
-        "--conv-layout", nargs="+", default=[None], choices=["as-is", "NHWC", "NCHWc"],
+        "--conv-layout", nargs="+", default=[None], choices=["auto", "as-is", "NHWC", "NCHWc"],
         help="tune each model once per tuning.conv_layout, side by side; default: the profile's",
     )
     parser.add_argument("--rounds", type=int, default=15)
@@ -280,6 +280,7 @@ def main() -> int:
     parser.add_argument("--raw", type=Path, help="also write every row as JSON here")
     parser.add_argument("--from-raw", type=Path, help="report the rows of an earlier --raw file instead of running")
     parser.add_argument("--write-results", action="store_true")
+    parser.add_argument("--section", help="the RESULTS.md section to replace (default: named after the options compared)")
     args = parser.parse_args()
     if args.per_task != sorted(args.per_task):
         parser.error(f"--per-task must be ascending, got {args.per_task} instead")
@@ -309,7 +310,7 @@ def main() -> int:
         from _results import write_section
 
         write_section(
-            text, MARK + ("_graph" if len(args.graph_optimization) > 1 else "") + ("_library" if any(args.schedules) else "")
+            text, args.section or MARK + ("_graph" if len(args.graph_optimization) > 1 else "") + ("_library" if any(args.schedules) else "")
             + ("_layout" if len(args.conv_layout) > 1 else "")
             + ("_litert" if any(str(name).endswith(".tflite") for name in args.models) else "")
         )

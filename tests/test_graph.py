@@ -50,22 +50,29 @@ def test_blocked_convolutions_compute_the_same(mcpu: str, block: int) -> None:
     np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("spec, transforms", [("demo:mobilenetv1@64", 2), ("demo:mobilenetv2@64", None)])
-def test_mobilenets_block_their_depthwise_convolutions_and_clips(spec: str, transforms: int | None) -> None:
+@pytest.mark.parametrize("spec, transforms", [
+    ("demo:mobilenetv1@64", 2), ("demo:mobilenetv2@64", None), ("demo:squeezenet1.1@64", 2),
+])
+def test_cnns_block_their_depthwise_convolutions_clips_and_concats(spec: str, transforms: int | None) -> None:
     """NCHWc on a MobileNet: depthwise convs blocked too, ReLU6 (ONNX Clip) in their epilogues, same outputs.
 
     MobileNetV1 keeps its 27 BatchNormalization and Clip nodes as Keras exports them: blocked, only the
     3-channel stem's output and the pooled end change layout. MobileNetV2's 24-channel layers do not divide
     into blocks of 16, so they stay NCHW with transforms around them; every other depthwise conv is blocked.
+    SqueezeNet's Fire modules concatenate two blocked convs' outputs: the concat stays blocked.
     """
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "skylake-avx512"})
     model = load_model(spec)
     blocked = prepare_graph(model, "NCHWc", "full", target)
     (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHWc"]
-    assert entry.status == "applied" and "depthwise" in entry.detail and "clip bounds as ops" in entry.detail, entry
     names = [t.task_name for t in ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)]
-    depthwise = [n for n in names if "depthwise_conv2d_NCHWc" in n]
-    assert len(depthwise) >= 6 and all("maximum" in n and "minimum" in n for n in depthwise), names
+    if "mobilenet" in spec:
+        assert entry.status == "applied" and "depthwise" in entry.detail and "clip bounds as ops" in entry.detail, entry
+        depthwise = [n for n in names if "depthwise_conv2d_NCHWc" in n]
+        assert len(depthwise) >= 6 and all("maximum" in n and "minimum" in n for n in depthwise), names
+    else:
+        assert entry.status == "applied" and "24 of 26 convolutions in NCHW16c" in entry.detail, entry
+        assert not [n for n in names if "concat" in n and "layout_transform" in n], names
     # no clip left as a pass of its own over memory, and no depthwise conv left unblocked but the 24-channel ones
     assert not [n for n in names if "maximum" in n and "conv2d" not in n], names
     if transforms is not None:
@@ -98,8 +105,29 @@ def test_only_topi_maximum_and_minimum_with_a_scalar_become_clip_ops() -> None:
     np.testing.assert_allclose(run(mod, values), run(bb.get(), values))
 
 
+@pytest.mark.parametrize("target, layout", [
+    ({"kind": "llvm", "mcpu": "skylake-avx512"}, "NCHWc"),
+    ({"kind": "llvm", "mcpu": "haswell"}, "as-is"),
+    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, "as-is"),
+    (None, "as-is"),
+])
+def test_auto_layout_is_the_one_measured_for_the_family(target: dict | None, layout: str) -> None:
+    """conv_layout "auto" (the default) resolves by the target's CPU family; unmeasured families keep NCHW."""
+    from edgetune.profile.schema import TuningSettings
+    from edgetune.tasks.graph import resolve_conv_layout
+
+    tvm_target = tvm.target.Target({**target, "num-cores": 2}) if target else None
+    assert resolve_conv_layout("auto", tvm_target) == layout
+    assert resolve_conv_layout("NHWC", tvm_target) == "NHWC"  # an explicit layout is kept
+    assert TuningSettings().conv_layout == "auto"
+    if tvm_target is not None and "aarch64" not in str(target):
+        prepared = prepare_graph(load_model("demo:tiny-cnn"), "auto", "full", tvm_target)
+        assert prepared.graph.conv_layout == layout
+        assert any(p.name == "layout-NCHWc" for p in prepared.graph.passes) == (layout == "NCHWc")
+
+
 def test_unknown_layout_is_rejected() -> None:
-    with pytest.raises(ValueError, match="conv_layout must be one of as-is, NHWC, NCHWc, got 'NCHW8c' instead"):
+    with pytest.raises(ValueError, match="conv_layout must be one of auto, as-is, NHWC, NCHWc, got 'NCHW8c' instead"):
         prepare_graph(load_model("demo:tiny-cnn"), "NCHW8c")
     with pytest.raises(ValueError, match="pass the target"):
         prepare_graph(load_model("demo:tiny-cnn"), "NCHWc")

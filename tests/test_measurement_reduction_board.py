@@ -212,7 +212,7 @@ def test_tune_with_every_component_records_what_it_saved(tmp_path, loopback_boar
     # every measurement is the search's, or a task's default schedule measured before the search
     trials = summary["trials"]
     assert reduction["measured"] + trials["default_schedules"] == trials["measured_on_device"] + trials["served_from_history"]
-    assert len(reduction["tasks"]) == 5
+    assert len(reduction["tasks"]) == len(summary["tasks"]) >= 5  # every task (tiny-cnn: 5 kernels, and any layout transforms)
     assert any(t["removed_by_sampling"] > 0 or t["stopped_early"] for t in reduction["tasks"])
     measurement = summary["measurement"]
     assert measurement["evaluator"] == "adaptive"

@@ -50,7 +50,11 @@ def test_tasks_no_tuned_candidate_beats_keep_their_default(tmp_path: Path, loopb
     from edgetune.tuning import TuneOptions, run_tune
 
     profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key})
-    n_tasks = len(workloads())
+    from edgetune.tuning import TuningPipeline
+
+    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "probe"))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])  # in the profile's conv layout
+    n_tasks = len(extracted)
     options = TuneOptions(
         profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=n_tasks, board=TrackerBoard(loopback_board)
     )
@@ -60,8 +64,8 @@ def test_tasks_no_tuned_candidate_beats_keep_their_default(tmp_path: Path, loopb
     assert all(t.default_latency_us and t.default_latency_us == t.best_latency_us for t in summary.tasks)
     history = open_history(summary.history, read_only=True)
     try:
-        for mod in workloads():
-            assert is_default_trace(history.best_record(mod, profile.tvm_target()).trace)
+        for task in extracted:
+            assert is_default_trace(history.best_record(task.dispatched[0], profile.tvm_target()).trace)
     finally:
         history.close()
     assert summary.end_to_end.outputs_match

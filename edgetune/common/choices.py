@@ -24,8 +24,9 @@ EARLY_STOPS = ("adaptive", "fixed", "none")
 EXPLORATIONS = ("contextual", "fixed")
 #: Where a task's first batch takes candidates from besides the search: "similar" workloads' best traces.
 TRANSFERS = ("similar", "off")
-#: The layout 2-D convolutions are tuned and built in (see edgetune.tasks.graph).
-CONV_LAYOUTS = ("as-is", "NHWC", "NCHWc")
+#: The layout 2-D convolutions are tuned and built in (see edgetune.tasks.graph); "auto": the one measured
+#: best for the target's CPU family (edgetune.tasks.graph.CONV_LAYOUT_BY_FAMILY), as imported where none was.
+CONV_LAYOUTS = ("auto", "as-is", "NHWC", "NCHWc")
 #: How much of ONNX Runtime's graph preparation runs before task extraction (see edgetune.tasks.graph):
 #: "full" folds batch norms and constants, "none" tunes the graph as the frontend imported it.
 GRAPH_OPTIMIZATIONS = ("full", "none")

@@ -313,7 +313,8 @@ class TuningSettings:
         flag="half of each task's first batch replayed from the best schedules of the same operator at other shapes "
         "in the history (similar), or none (off)",
     )
-    conv_layout: str = declare(_string(CONV_LAYOUTS), "as-is")
+    # "auto": the layout measured best for the target's CPU family (edgetune/tasks/graph.py CONV_LAYOUT_BY_FAMILY)
+    conv_layout: str = declare(_string(CONV_LAYOUTS), "auto")
     # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
     graph_optimization: str = declare(
         _string(GRAPH_OPTIMIZATIONS), "full",

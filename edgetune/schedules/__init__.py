@@ -6,7 +6,7 @@ Building one tunes a zoo, so that is :mod:`edgetune.tuning.zoo`, above this
 package (tuning uses a library; a library never imports tuning).
 """
 
-from .family import CpuFamily, family_of
+from ..common.cpu_family import CpuFamily, family_of
 from .library import LIBRARY_FORMAT, LIBRARY_VERSION, ScheduleLibrary, export_library, load_library
 
 __all__ = ["CpuFamily", "LIBRARY_FORMAT", "LIBRARY_VERSION", "ScheduleLibrary", "export_library", "family_of", "load_library"]

@@ -5,7 +5,7 @@ instead of from random ones. The file is gzip-compressed JSON lines:
 
 * a header: ``format`` (:data:`LIBRARY_FORMAT`), ``version``
   (:data:`LIBRARY_VERSION`), the TVM and edgetune versions that made it, the
-  CPU family (:mod:`edgetune.schedules.family`), the budget per workload, the
+  CPU family (:mod:`edgetune.common.cpu_family`), the budget per workload, the
   zoo it was built from and when;
 * one ``workload`` line per workload: its structural hash, the module
   (``tvm.ir.save_json``), its operator signature and FLOPs;
@@ -212,7 +212,7 @@ def export_library(
     from ..search.default_schedule import is_default_trace
     from ..tasks.signature import operator_signature
     from ..history.sql import target_json as target_json_of
-    from .family import family_of
+    from ..common.cpu_family import family_of
 
     if top_k < 1:
         raise LibraryError(f"top_k must be >= 1, got {top_k} instead")

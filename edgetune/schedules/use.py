@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LibraryError
-from .family import family_of
+from ..common.cpu_family import family_of
 from .library import ScheduleLibrary, load_library
 
 #: ``tuning.schedules`` values besides a file path

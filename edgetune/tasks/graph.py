@@ -27,7 +27,8 @@ machinery where it has it:
 Convolution + bias + residual add + activation end up in one kernel through
 ``FuseOps``/``FuseTIR`` in :func:`~edgetune.tasks.models.prepare_for_tuning`.
 
-``tuning.conv_layout`` then converts 2-D convolutions with Relax's
+``tuning.conv_layout`` then converts 2-D convolutions (``"auto"``, the default:
+the layout measured best for the target's CPU family, :data:`CONV_LAYOUT_BY_FAMILY`) with Relax's
 ``ConvertLayout`` (weights are constants, so their transposes fold away).
 ``"NCHWc"`` is the blocked channel layout ONNX Runtime's x86 kernels use,
 blocked by the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4
@@ -54,6 +55,20 @@ import tvm_ffi
 from tvm import relax
 
 from ..common.choices import CONV_LAYOUTS, GRAPH_OPTIMIZATIONS
+from ..common.cpu_family import family_of
+
+#: ``tuning.conv_layout = "auto"`` per CPU family: the layout whose tuned convolutions were faster at equal trials
+#: (benchmarks/RESULTS.md, "convolution layouts per class"); a family not measured keeps the layout as imported
+CONV_LAYOUT_BY_FAMILY: dict[str, str] = {"x86-64-avx512": "NCHWc"}
+
+
+def resolve_conv_layout(layout: str, target: Any) -> str:
+    """``layout`` with ``"auto"`` resolved for ``target``'s CPU family (as imported without a target)."""
+    if layout != "auto":
+        return layout
+    if target is None:
+        return "as-is"
+    return CONV_LAYOUT_BY_FAMILY.get(family_of(target).name, "as-is")
 
 
 @dataclass
@@ -95,13 +110,15 @@ class GraphReport:
         }
 
 
-def prepare_graph(model: Any, conv_layout: str = "as-is", optimization: str = "full", target: Any = None) -> Any:
+def prepare_graph(model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None) -> Any:
     """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how.
 
-    ``target`` (a TVM target) sizes the blocks of ``conv_layout = "NCHWc"``, which needs it.
+    ``target`` (a TVM target) sizes the blocks of ``conv_layout = "NCHWc"``, which needs it, and resolves
+    ``"auto"`` (as imported without one).
     """
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
+    conv_layout = resolve_conv_layout(conv_layout, target)
     if conv_layout == "NCHWc" and target is None:
         raise ValueError("conv_layout 'NCHWc' is blocked by the target's vector width: pass the target")
     if optimization not in GRAPH_OPTIMIZATIONS:

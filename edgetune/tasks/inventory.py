@@ -106,6 +106,8 @@ def classify(func: tirx.PrimFunc) -> str:
         return "reduction"
     if kind == "elementwise" and _has_reduction(func):
         return "reduction"
+    if kind == "other" and all("layout_transform" in b.name_hint for b in _blocks(func) if b.name_hint != "root"):
+        return "data-movement"  # a blocked layout's transform: opaque to the op pattern, a copy all the same
     return kind
 
 

@@ -1,4 +1,4 @@
-"""The CPU family a schedule library was built for, and whether a target belongs to it.
+"""The CPU family of a target (a schedule library is built for one; conv layouts are chosen per family), and whether a target belongs to it.
 
 A library's traces are tuned for a vector ISA, not for one CPU name: an AVX2
 library serves every x86-64 CPU with AVX2 and FMA and no AVX-512 (Haswell to

@@ -170,11 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         f" --pair {m} {a} {b}" for m, a, b in args.pair) + " --points " + " ".join(map(str, args.points))
     text = (
         "## Convolution layouts per class at equal trials: NCHW vs NCHWc (issue 26)\n\n"
-        f"Reproduce: `{command}` (reads the history of the two `edgetune schedules build` runs; times nothing).\n\n"
-        "Each task's best latency among its first k measured trials, as `schedules build` measured them (the "
-        "product's `run_tune`, the same budget per workload in both layouts, no early stop), weighted by how often "
-        "the model runs the task and summed per class of convolution. Ratio = NCHWc / NCHW (below 1: blocked "
-        "faster). Layout transforms are kernels only the blocked model has; they count against it.\n\n" + table + "\n"
+        f"Reproduce: `{command}` (reads the histories of the two runs; times nothing).\n\n"
+        "Each task's best latency among its first k measured trials (all: every trial its run gave it), as the "
+        "product's `run_tune` measured them in each layout at the same budget per task, weighted by how often the "
+        "model runs the task and summed per class of convolution. A point where some task of a class has fewer "
+        "than k trials in either run (the adaptive early stop and K-means sampling measure fewer than the budget) "
+        "is not compared. Ratio = NCHWc / NCHW (below 1: blocked faster). Layout transforms are kernels only the "
+        "blocked model has; they count against it.\n\n" + table + "\n"
     )
     print(text)
     if args.write_results:

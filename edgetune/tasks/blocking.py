@@ -60,13 +60,14 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
             [relax.transform.Normalize(), relax.transform.DeadCodeElimination(), relax.transform.FoldConstant()]
         )(rest)
         kept = _count(rest, lambda call: call.attrs.data_layout == "NCHW")
+        blocked_depthwise = _count(rest, lambda call: call.attrs.kernel_layout.startswith("OIHW1i"))
         lowered = tvm.transform.Sequential(
             [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
              relax.transform.FoldConstant()]
         )(rest)
     detail = f"{total - kept} of {total} convolutions in NCHW{block}c"
     if depthwise:
-        detail += f" ({depthwise} depthwise)"
+        detail += f" ({blocked_depthwise} of {depthwise} depthwise)"
     if clips:
         detail += f", {clips} clip bounds as ops"
     return lowered, detail

@@ -314,7 +314,11 @@ class TuningSettings:
         "in the history (similar), or none (off)",
     )
     # "auto": the layout measured best for the target's CPU family (edgetune/tasks/graph.py CONV_LAYOUT_BY_FAMILY)
-    conv_layout: str = declare(_string(CONV_LAYOUTS), "auto")
+    conv_layout: str = declare(
+        _string(CONV_LAYOUTS), "auto",
+        flag="the layout convolutions are tuned and built in: auto (default: the one measured best for the target's "
+        "CPU family, NCHWc on x86-64 with AVX-512, as imported elsewhere), as-is, NHWC or NCHWc (blocked channels)",
+    )
     # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
     graph_optimization: str = declare(
         _string(GRAPH_OPTIMIZATIONS), "full",

@@ -191,14 +191,17 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    from .common.interrupts import dump_stacks_on_sigusr1, exit_cleanly_on_sigterm
+    from .common.interrupts import dump_stacks_on_sigusr1, exit_cleanly_on_sigterm, sigint_blocked
+
+    with sigint_blocked():  # threads the parser's imports start (OpenBLAS's, from numpy) never take a Ctrl-C
+        parser = _build_parser()
+        args = parser.parse_args(argv)
 
     exit_cleanly_on_sigterm()
     dump_stacks_on_sigusr1()
     try:
-        return int(args.func(args) or 0)
+        with _ctrl_c_for(args):
+            return int(args.func(args) or 0)
     except TuningInterrupted as error:
         print(f"edgetune: {error}", file=sys.stderr)
         return error.exit_code
@@ -210,6 +213,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgetune: interrupted", file=sys.stderr)
         return 130
+
+
+def _ctrl_c_for(args: argparse.Namespace) -> Any:
+    """Commands that tune take Ctrl-C on one thread from their first line (common.interrupts).
+
+    A thread that has SIGINT unblocked (importing numpy starts OpenBLAS's) may be
+    handed Ctrl-C by the kernel, and Z3's handler, in place during a proof,
+    swallows it there: so SIGINT is blocked from before the parser's imports, and
+    the forwarding begins before the command imports anything.
+    """
+    from contextlib import nullcontext
+
+    from .common.interrupts import forward_sigint_to_main_thread
+
+    return forward_sigint_to_main_thread() if args.func in (_run_tune, _schedules_build) else nullcontext()
 
 
 def _one_line(error: Any) -> str:

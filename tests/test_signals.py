@@ -162,3 +162,51 @@ def test_a_wake_up_that_lands_before_the_wait_is_sent_again(tmp_path) -> None:
     out, err = child.communicate(timeout=60)
     assert out.startswith("interrupted"), (out, err)
     assert float(out.split()[2]) < 5, out  # the gap (0.5 s) and one more wake-up, not the 20 s sleep
+
+
+# The tune command's body replaced by a probe that imports numpy (whose OpenBLAS
+# starts threads, as the real command's imports do) and lists the threads that
+# could be handed a Ctrl-C: those with SIGINT unblocked.
+_CLI_THREADS = """
+import json, os, signal, sys, threading
+import edgetune.cli as cli
+
+def probe(args):
+    import numpy  # noqa: F401
+    unblocked = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status") as status:
+            mask = int(next(line for line in status if line.startswith("SigBlk")).split()[1], 16)
+        if not mask & (1 << (signal.SIGINT - 1)):
+            unblocked.append(int(tid))
+    forwarder = [t.native_id for t in threading.enumerate() if t.name == "edgetune-sigint"]
+    print(json.dumps({"threads": len(os.listdir("/proc/self/task")), "unblocked": unblocked, "forwarder": forwarder}))
+    return 0
+
+cli._run_tune = probe
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", [["tune", "--model", "demo:tiny-cnn"], ["schedules", "build", "--db", "sqlite:///unused.db", "--budget", "2"]])
+def test_commands_that_tune_leave_ctrl_c_to_the_forwarding_thread_alone(command: list[str]) -> None:
+    """Every thread of a tuning command blocks SIGINT but the one that forwards it, threads of libraries included.
+
+    A CI run lost a Ctrl-C this way: OpenBLAS's thread (started when numpy was
+    imported, before the forwarding began) had SIGINT unblocked, the kernel
+    handed the signal to it, and Z3's handler swallowed it there.
+    """
+    import json
+    import subprocess
+    import sys
+
+    script = _CLI_THREADS
+    if command[0] == "schedules":
+        script = script.replace("cli._run_tune = probe", "cli._schedules_build = probe")
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}  # at least one thread beside the main one on any host
+    done = subprocess.run([sys.executable, "-c", script, *command], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["threads"] >= 3, seen  # main, the forwarder and OpenBLAS's: else this proves nothing
+    assert len(seen["forwarder"]) == 1, seen
+    assert set(seen["unblocked"]) <= set(seen["forwarder"]), seen

@@ -106,6 +106,19 @@ def forward_sigint_to_main_thread() -> Iterator[None]:
         signal.signal(_WAKE, previous_wake)
 
 
+@contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile, and so in every thread started meanwhile (they keep it blocked)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class StopSignal:
     """Which signal asked the run to stop (SIGINT from Ctrl-C, SIGTERM from ``kill``)."""
 

@@ -23,6 +23,7 @@ Usage::
   python benchmarks/vs_onnxruntime.py --models mobilenetv1 --res 96 --graph-optimization none full   # graphs side by side
   python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 1 2 --schedules off auto   # from the shipped library
   python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 8 16 --schedules off --conv-layout as-is NCHWc   # layouts
+  python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 8 16 --schedules off --cache-flush off on   # cold-cache timing
   python benchmarks/vs_onnxruntime.py --models mobilenetv2 edgetune-out/tflite/mobilenet_v2-224.tflite --per-task 8   # + LiteRT
 
 A ``.tflite`` model (written by ``benchmarks/make_tflite.py``, Keras applications
@@ -78,7 +79,7 @@ def time_interleaved(
 
 def run_model(
     name: str, seed: int, per_task: list[int], args: argparse.Namespace, graph: str | None = None, schedules: str | None = None,
-    layout: str | None = None,
+    layout: str | None = None, flush: str | None = None,
 ) -> list[dict[str, Any]]:
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
@@ -95,11 +96,13 @@ def run_model(
     if layout is not None:
         overrides["conv_layout"] = layout
     profile = profile.with_overrides(tuning=overrides)
+    if flush is not None:
+        profile = profile.with_overrides(measure={"enable_cpu_cache_flush": flush == "on"})
     model = load_model(spec)
     inputs = {s.name: model.random_inputs(seed=0)[s.name] for s in model.inputs}
     out_dir = args.out / (
         f"{Path(name).stem if tflite else name}-seed{seed}" + (f"-graph-{graph}" if graph else "") + (f"-schedules-{_label(schedules)}" if schedules else "")
-        + (f"-layout-{layout}" if layout else "")
+        + (f"-layout-{layout}" if layout else "") + (f"-flush-{flush}" if flush else "")
     )
     options = TuneOptions(profile=profile, model=spec, out_dir=out_dir)
     pipeline = TuningPipeline(options)
@@ -116,6 +119,7 @@ def run_model(
                                   profile.device.num_threads, args.rounds, args.number, runtime)
         rows.append({
             "model": spec, "graph": profile.tuning.graph_optimization, "conv_layout": profile.tuning.conv_layout, "schedules": _label(profile.tuning.schedules),
+            "cache_flush": profile.measure.enable_cpu_cache_flush,
             "library_used": bool(summary.schedules and summary.schedules.get("used")),
             "library_tasks": sum(t.library_latency_us is not None for t in summary.tasks),
             "seed": seed, "per_task": per, "tasks": n_tasks,
@@ -152,11 +156,14 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
     graphs = sorted({r.get("graph", "-") for r in rows})
     variants = sorted({(_graph_cell(r), r.get("schedules", "-")) for r in rows})
     layouts = {r.get("conv_layout", "as-is") for r in rows}
+    flushes = {r.get("cache_flush", False) for r in rows}
     lines = [
         "## edgetune vs LiteRT on the same CPU: .tflite models as a TensorFlow user has them (issue 29)"
         if any(r.get("baseline") == "litert" for r in rows)
         else "## edgetune vs ONNX Runtime: convolution layouts side by side at equal trials (issue 26)"
         if len(layouts) > 1
+        else "## edgetune vs ONNX Runtime: candidates timed with warm and with flushed caches, side by side (issue 26)"
+        if len(flushes) > 1
         else "## edgetune vs ONNX Runtime: tunes that start from the schedule library (issue 27)"
         if any(v[1] not in ("-", "None") for v in variants)
         else "## edgetune vs ONNX Runtime on the same CPU (issue 13)" if len(graphs) < 2
@@ -172,6 +179,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         + (f" --graph-optimization {' '.join(g for g in args.graph_optimization if g)}" if any(args.graph_optimization) else "")
         + (f" --schedules {' '.join(s for s in args.schedules if s)}" if any(args.schedules) else "")
         + (f" --conv-layout {' '.join(x for x in args.conv_layout if x)}" if any(args.conv_layout) else "")
+        + (f" --cache-flush {' '.join(x for x in args.cache_flush if x)}" if any(args.cache_flush) else "")
         + " --write-results`",
         "",
         f"Each model tuned by `run_tune` with profile `{args.profile}` (what `edgetune tune` runs), budgets resumed "
@@ -181,7 +189,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         "Max rel diff = max |tvm - baseline| / max |baseline| on one input.",
         "",
         "On the board = the tuned model as `edgetune tune` measured it on its (loopback) board, alone, without ONNX "
-        "Runtime in the process. Graph = `tuning.graph_optimization` (and `tuning.conv_layout` when not as-is). Kernels = sum over tasks of weight x best latency as measured while tuning; "
+        "Runtime in the process. Graph = `tuning.graph_optimization` (and `tuning.conv_layout` when not as-is; "
+        "`flush` when candidates were timed with `measure.enable_cpu_cache_flush`). Kernels = sum over tasks of weight x best latency as measured while tuning; "
         "whole / kernels = the tuned model on the board over that sum (above 1: time outside the kernels). Load = 1-minute "
         "load average before / after the row.",
         "",
@@ -243,7 +252,7 @@ def _model_name(value: str) -> str:
 
 def _graph_cell(row: dict[str, Any]) -> str:
     layout = row.get("conv_layout", "as-is")
-    return row.get("graph", "-") + ("" if layout == "as-is" else f", {layout}")
+    return row.get("graph", "-") + ("" if layout == "as-is" else f", {layout}") + (", flush" if row.get("cache_flush") else "")
 
 
 def _library_cell(row: dict[str, Any]) -> str:
@@ -271,8 +280,13 @@ def main() -> int:
         "default: the profile's",
     )
     parser.add_argument(
-        "--conv-layout", nargs="+", default=[None], choices=["auto", "as-is", "NHWC", "NCHWc"],
+        "--conv-layout", nargs="+", default=[None], choices=["auto", "as-is", "NHWC", "NCHWc", "NCHW4c", "NCHW8c", "NCHW16c"],
         help="tune each model once per tuning.conv_layout, side by side; default: the profile's",
+    )
+    parser.add_argument(
+        "--cache-flush", nargs="+", default=[None], choices=["on", "off"],
+        help="tune each model once per measure.enable_cpu_cache_flush (candidates timed with flushed caches, as inside "
+        "a model, or warm), side by side; default: the profile's",
     )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=10)
@@ -300,7 +314,8 @@ def main() -> int:
                 for graph in args.graph_optimization:
                     for schedules in args.schedules:
                         for layout in args.conv_layout:
-                            rows += run_model(name, seed, args.per_task, args, graph, schedules, layout)
+                            for flush in args.cache_flush:
+                                rows += run_model(name, seed, args.per_task, args, graph, schedules, layout, flush)
                 if args.raw:
                     args.raw.write_text(json.dumps(rows, indent=1))
         text = report(rows, args, (load_start, os.getloadavg()[0]))
@@ -311,7 +326,7 @@ def main() -> int:
 
         write_section(
             text, args.section or MARK + ("_graph" if len(args.graph_optimization) > 1 else "") + ("_library" if any(args.schedules) else "")
-            + ("_layout" if len(args.conv_layout) > 1 else "")
+            + ("_layout" if len(args.conv_layout) > 1 else "") + ("_flush" if len(args.cache_flush) > 1 else "")
             + ("_litert" if any(str(name).endswith(".tflite") for name in args.models) else "")
         )
     return 0

@@ -149,3 +149,16 @@ def test_mali_opencl_candidate_builds_for_an_aarch64_host():
         data = open(str(result.artifact_path), "rb").read()
     assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == 183
     assert b"__kernel" in data  # the OpenCL C source travels inside the library
+
+
+def test_candidates_are_timed_on_flushed_caches_on_a_cpu_by_default():
+    """Weights come from memory inside a model: timed warm, a schedule can win alone and lose there (issue 26)."""
+    from edgetune.measure.runner import cache_flush_preproc
+    from edgetune.profile import load_profile
+
+    assert MeasureConfig().enable_cpu_cache_flush
+    assert cache_flush_preproc(load_profile("host").measure, "cpu") == "cache_flush_cpu_non_first_arg"
+    assert tvm.get_global_func("cache_flush_cpu_non_first_arg", allow_missing=True) is not None  # what the board runs
+    assert cache_flush_preproc(MeasureConfig(enable_cpu_cache_flush=False), "cpu") == ""
+    for gpu in ("cuda", "opencl"):  # the flush walks host memory: never over a GPU's buffers
+        assert cache_flush_preproc(MeasureConfig(), gpu) == ""

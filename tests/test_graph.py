@@ -84,6 +84,20 @@ def test_cnns_block_their_depthwise_convolutions_clips_and_concats(spec: str, tr
     np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
 
 
+def test_a_fixed_block_blocks_channels_the_vector_lanes_do_not_divide() -> None:
+    """NCHW8c on an AVX-512 target: MobileNetV2's 24-channel layers are blocked too, so no transform surrounds them."""
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "skylake-avx512"})
+    model = load_model("demo:mobilenetv2@64")
+    blocked = prepare_graph(model, "NCHW8c", "full", target)
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHW8c"]
+    assert entry.status == "applied" and "51 of 52 convolutions in NCHW8c (17 of 17 depthwise)" in entry.detail, entry
+    names = [t.task_name for t in ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)]
+    assert sum("layout_transform" in n for n in names) == 2, names  # the stem's output and the pooled end
+    x = model.random_inputs(0)["input"]
+    reference = run(prepare_graph(model, "as-is", "full").mod, x)
+    np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
+
+
 def test_only_topi_maximum_and_minimum_with_a_scalar_become_clip_ops() -> None:
     """The Clip recognizer compares whole PrimFuncs: an add, or a maximum of two tensors, stays a call_tir."""
     from tvm import topi
@@ -129,8 +143,8 @@ def test_auto_layout_is_the_one_measured_for_the_family(target: dict | None, lay
 
 
 def test_unknown_layout_is_rejected() -> None:
-    with pytest.raises(ValueError, match="conv_layout must be one of auto, as-is, NHWC, NCHWc, got 'NCHW8c' instead"):
-        prepare_graph(load_model("demo:tiny-cnn"), "NCHW8c")
+    with pytest.raises(ValueError, match="conv_layout must be one of auto, as-is, NHWC, NCHWc, NCHW4c, NCHW8c, NCHW16c, got 'NCHW32c' instead"):
+        prepare_graph(load_model("demo:tiny-cnn"), "NCHW32c")
     with pytest.raises(ValueError, match="pass the target"):
         prepare_graph(load_model("demo:tiny-cnn"), "NCHWc")
 

@@ -149,7 +149,7 @@ def test_defaults_applied(tmp_path: Path) -> None:
         3,
         50,
         0.0,
-        False,
+        True,
         30.0,
     )
     t = profile.tuning

@@ -26,7 +26,9 @@ EXPLORATIONS = ("contextual", "fixed")
 TRANSFERS = ("similar", "off")
 #: The layout 2-D convolutions are tuned and built in (see edgetune.tasks.graph); "auto": the one measured
 #: best for the target's CPU family (edgetune.tasks.graph.CONV_LAYOUT_BY_FAMILY), as imported where none was.
-CONV_LAYOUTS = ("auto", "as-is", "NHWC", "NCHWc")
+#: "NCHWc" blocks by the target's float32 vector lanes; "NCHW{4,8,16}c" fix the block (a model whose channel
+#: counts do not divide by the lanes, such as MobileNetV2's 24, blocks every layer at 8).
+CONV_LAYOUTS = ("auto", "as-is", "NHWC", "NCHWc", "NCHW4c", "NCHW8c", "NCHW16c")
 #: How much of ONNX Runtime's graph preparation runs before task extraction (see edgetune.tasks.graph):
 #: "full" folds batch norms and constants, "none" tunes the graph as the frontend imported it.
 GRAPH_OPTIMIZATIONS = ("full", "none")

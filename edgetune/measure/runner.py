@@ -33,6 +33,16 @@ from ..profile.schema import MeasureSettings
 from .evaluator import AdaptiveEvaluator, AdaptiveResult
 
 
+def cache_flush_preproc(config: MeasureSettings, device: str) -> str:
+    """TVM's evaluator pre-processing that flushes the CPU caches before each run, where it applies.
+
+    Only a CPU device: the flush walks the arguments' memory with cache-line
+    flushes, which a GPU's buffers are not. Every argument but the first (the
+    input data) is flushed: weights come from memory, as inside a model.
+    """
+    return "cache_flush_cpu_non_first_arg" if config.enable_cpu_cache_flush and device == "cpu" else ""
+
+
 
 #: the runner is configured by the profile's ``[measure]`` table as it is
 MeasureConfig = MeasureSettings
@@ -365,7 +375,7 @@ class TrackerRunner(PyRunner):
 
     def _time(self, rt_mod: Any, device: Any, args: list[Any]) -> tuple[list[float], AdaptiveResult | None]:
         """Run times of the loaded candidate: the fixed evaluator's, or the adaptive one's mean."""
-        preproc = "cache_flush_cpu_non_first_arg" if self.config.enable_cpu_cache_flush else ""
+        preproc = cache_flush_preproc(self.config, self.device)
         if self.evaluator is None:
             evaluator = rt_mod.time_evaluator(
                 rt_mod.entry_name,

@@ -241,7 +241,10 @@ class MeasureSettings:
     repeat: int = declare(_integer(1), 3)
     min_repeat_ms: int = declare(_integer(0), 50)
     cooldown_sec: float = declare(_number(at_least=0), 0.0)
-    enable_cpu_cache_flush: bool = declare(_boolean(), False)
+    # on by default (CPU devices only): a kernel inside a model finds its weights cold, so a candidate timed on warm
+    # caches can win alone and lose in the model (benchmarks/RESULTS.md, vs_onnxruntime_flush: whole model / tuned
+    # kernels went from 1.11-1.98 to 0.99-1.05, the delivered models 0.63-1.05x as slow)
+    enable_cpu_cache_flush: bool = declare(_boolean(), True)
     timeout_sec: float = declare(_number(above=0), 30.0)
     # boards one batch is spread over when several RPC servers share the key (0: all free ones)
     max_boards: int = declare(_integer(0), 0)
@@ -317,7 +320,8 @@ class TuningSettings:
     conv_layout: str = declare(
         _string(CONV_LAYOUTS), "auto",
         flag="the layout convolutions are tuned and built in: auto (default: the one measured best for the target's "
-        "CPU family, NCHWc on x86-64 with AVX-512, as imported elsewhere), as-is, NHWC or NCHWc (blocked channels)",
+        "CPU family, NCHWc on x86-64 with AVX-512, as imported elsewhere), as-is, NHWC, NCHWc (channels blocked by the "
+        "vector lanes) or NCHW4c / NCHW8c / NCHW16c (a fixed block)",
     )
     # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
     graph_optimization: str = declare(

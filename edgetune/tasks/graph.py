@@ -32,7 +32,8 @@ the layout measured best for the target's CPU family, :data:`CONV_LAYOUT_BY_FAMI
 ``ConvertLayout`` (weights are constants, so their transposes fold away).
 ``"NCHWc"`` is the blocked channel layout ONNX Runtime's x86 kernels use,
 blocked by the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4
-otherwise): ``NCHW16c`` data and ``OIHW16i16o`` weights, depthwise
+otherwise; ``"NCHW8c"`` and the like fix the block, for channel counts the lanes
+do not divide): ``NCHW16c`` data and ``OIHW16i16o`` weights, depthwise
 convolutions and the ``Clip`` after them included (:mod:`edgetune.tasks.blocking`
 says how, and lowers what Relax's ``LegalizeOps`` cannot); convolutions whose
 channels do not divide into blocks (a 3-channel stem) and grouped ones other
@@ -120,8 +121,8 @@ def prepare_graph(model: Any, conv_layout: str = "auto", optimization: str = "fu
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
     conv_layout = resolve_conv_layout(conv_layout, target)
-    if conv_layout == "NCHWc" and target is None:
-        raise ValueError("conv_layout 'NCHWc' is blocked by the target's vector width: pass the target")
+    if is_blocked(conv_layout) and target is None:
+        raise ValueError(f"conv_layout {conv_layout!r} is lowered for the target's vectors: pass the target")
     if optimization not in GRAPH_OPTIMIZATIONS:
         raise ValueError(
             f"graph_optimization must be one of {', '.join(GRAPH_OPTIMIZATIONS)}, got {optimization!r} instead"
@@ -136,8 +137,8 @@ def prepare_graph(model: Any, conv_layout: str = "auto", optimization: str = "fu
             ("decompose-batch-norm", _decompose_batch_norms),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
         ]
-    if conv_layout == "NCHWc":
-        passes.append(("layout-NCHWc", _block_channels(vector_lanes(target), target)))
+    if is_blocked(conv_layout):
+        passes.append((f"layout-{conv_layout}", _block_channels(block_of(conv_layout, target), target)))
     elif conv_layout != "as-is":
         passes.append((f"layout-{conv_layout}", _convert_layout(conv_layout)))
     mod = model.mod
@@ -178,6 +179,17 @@ def _convert_layout(layout: str) -> Callable[[tvm.IRModule], tuple[tvm.IRModule,
         return tvm.transform.Sequential(passes)(mod), f"{_count_ops(mod, 'relax.nn.conv2d')} convolutions"
 
     return apply
+
+
+def is_blocked(conv_layout: str) -> bool:
+    """Whether ``conv_layout`` is a blocked channel layout: ``NCHWc`` or ``NCHW{b}c``."""
+    return conv_layout.startswith("NCHW") and conv_layout.endswith("c")
+
+
+def block_of(conv_layout: str, target: Any) -> int:
+    """Channels per block of a blocked layout: the target's vector lanes for ``NCHWc``, else the layout's own."""
+    digits = conv_layout[len("NCHW"):-1]
+    return int(digits) if digits else vector_lanes(target)
 
 
 def vector_lanes(target: Any) -> int:

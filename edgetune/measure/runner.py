@@ -43,7 +43,6 @@ def cache_flush_preproc(config: MeasureSettings, device: str) -> str:
     return "cache_flush_cpu_non_first_arg" if config.enable_cpu_cache_flush and device == "cpu" else ""
 
 
-
 #: the runner is configured by the profile's ``[measure]`` table as it is
 MeasureConfig = MeasureSettings
 

@@ -162,3 +162,14 @@ def test_candidates_are_timed_on_flushed_caches_on_a_cpu_by_default():
     assert cache_flush_preproc(MeasureConfig(enable_cpu_cache_flush=False), "cpu") == ""
     for gpu in ("cuda", "opencl"):  # the flush walks host memory: never over a GPU's buffers
         assert cache_flush_preproc(MeasureConfig(), gpu) == ""
+
+
+def test_a_profiles_timing_is_flushed_on_a_cpu_and_warm_on_a_gpu_or_when_turned_off():
+    """What the history stores with each record (schema 5), so that the two are never ranked together."""
+    from edgetune.measure.runner import timing_of
+    from edgetune.profile import load_profile
+
+    host = load_profile("host")
+    assert timing_of(host) == "flushed"
+    assert timing_of(host.with_overrides(measure={"enable_cpu_cache_flush": False})) == "warm"
+    assert timing_of(load_profile("cuda")) == "warm"

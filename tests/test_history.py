@@ -165,9 +165,9 @@ def test_structurally_equal_workload_rows_are_one_workload(db_url):
             sa.text(
                 "INSERT INTO records (workload_id, target_json, target_hash, target_kind,"
                 " trace_json, candidate_hash, run_secs_json, mean_run_sec, args_info_json,"
-                " board_id, tvm_version, created_at)"
+                " board_id, timing, tvm_version, created_at)"
                 " SELECT :w, target_json, target_hash, target_kind, trace_json,"
-                " 'other', '[0.001]', 0.001, args_info_json, 'board-02', tvm_version, 0"
+                " 'other', '[0.001]', 0.001, args_info_json, 'board-02', timing, tvm_version, 0"
                 " FROM records"
             ),
             {"w": second_row},
@@ -834,5 +834,97 @@ def test_version_3_history_upgrades_to_hold_claims(db_url):
         record_id = db.commit_measurement(_record(db.commit_workload(MOD), 4, [1e-3]))
         assert db.claims.finish_claim(ARM, "k", owner, record_id)
         assert db.claims.claim_of(ARM, "k").record_id == record_id
+    finally:
+        db.close()
+
+
+# ------------------------------------------------------------------------ timing
+
+
+def test_records_of_one_timing_are_never_ranked_against_the_others(db_url):
+    """Timed warm, a weight-heavy kernel can look 5x faster than inside a model: flushed and warm stay apart."""
+    warm = open_history(db_url, board_id="b", timing="warm")
+    flushed = open_history(db_url, board_id="b", timing="flushed")
+    try:
+        workload = warm.commit_workload(MOD)
+        warm.commit_measurement(_record(workload, 4, [1e-4]))  # fast only because its data stayed in cache
+        warm.commit_measurement(_record(workload, 8, [2e-4]))
+        only_warm = warm.commit_workload(tvm.IRModule({"main": te.create_prim_func(list(_matmul_sized(8)))}))
+        warm.commit_measurement(ms.database.TuningRecord(
+            _schedule(2, only_warm.mod).trace, only_warm, [5e-5], ARM,
+            ms.arg_info.ArgInfo.from_prim_func(only_warm.mod["main"])))
+
+        # the same candidate timed flushed is a new measurement, not a cache hit
+        assert flushed.has_candidate(MOD, ARM, _schedule(4).trace) is False
+        assert flushed.lookup_run_secs(MOD, ARM, _schedule(4).trace) is None
+        assert warm.lookup_run_secs(MOD, ARM, _schedule(4).trace) == [1e-4]
+        flushed.commit_measurement(_record(workload, 4, [9e-4]))
+        flushed.commit_measurement(_record(workload, 8, [6e-4]))
+        assert flushed.count_records(MOD) == 2 and warm.count_records(MOD) == 2
+        assert open_history(db_url, read_only=True).count_records(MOD) == 4  # no timing: both
+
+        # ranked within one timing: the flushed winner is factor 8, whatever warm said
+        view = flushed.for_target(ARM)
+        assert [_secs(r) for r in view.get_top_k(workload, 5)] == [[6e-4], [9e-4]]
+        assert _secs(flushed.best_record(MOD, ARM)) == [6e-4]
+        assert _secs(warm.best_record(MOD, ARM)) == [1e-4]
+        assert len(view) == 2
+        # a workload never timed this way still compiles with its best (upgraded histories)
+        assert [_secs(r) for r in view.get_top_k(only_warm, 5)] == [[5e-5]]
+        assert _secs(flushed.best_record(only_warm, ARM)) == [5e-5]
+        assert len(flushed.successful_records(ARM)) == 2
+        # db stats shows them as two groups of the workload
+        from edgetune.history.maintenance import history_stats
+
+        of_mod = [g for g in history_stats(flushed) if g.count == 2]
+        assert sorted(g.target.rsplit(", ", 1)[1] for g in of_mod) == ["flushed", "warm"]
+    finally:
+        warm.close()
+        flushed.close()
+    assert _scalar(db_url, "SELECT count(*) FROM records WHERE timing = 'flushed'") == 2
+
+
+def test_an_unknown_timing_is_one_line():
+    with pytest.raises(HistoryError, match=r"^timing must be one of flushed, warm, got 'cold' instead$"):
+        open_history("sqlite:///unused.db", timing="cold")
+
+
+def test_version_4_history_upgrades_with_its_records_timed_warm(db_url):
+    """Schema 4 records were timed warm by the default profile; their claims survive the table rebuild."""
+    from alembic import command
+    from alembic.config import Config
+
+    from edgetune.history.migrate import MIGRATIONS
+
+    if db_url.startswith("sqlite:///"):
+        Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(_sqlalchemy_url(db_url))
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0004")
+        conn.execute(sa.text("INSERT INTO workloads (shash, mod_hash, mod_json, created_at) VALUES (:s, :h, :m, 0)"),
+                     {"s": str(tvm_ffi.structural_hash(MOD)), "h": hashlib.sha256(tvm.ir.save_json(MOD).encode()).hexdigest(),
+                      "m": tvm.ir.save_json(MOD)})
+        row = _version_1_record(1, 4, 1e-3)
+        row["target_hash"] = hashlib.sha256(row["target_json"].encode()).hexdigest()
+        conn.execute(sa.text(f"INSERT INTO records ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"), row)
+        conn.execute(sa.text(
+            "INSERT INTO claims (target_hash, candidate_key, owner_host, owner_pid, owner_run, claimed_at,"
+            " expires_at, record_id) VALUES (:t, 'k', 'h', 1, 'r', 0, 0, 1)"), {"t": row["target_hash"]})
+    engine.dispose()
+    with pytest.raises(HistoryError, match="history schema version 4"):
+        open_history(db_url)
+    assert (upgrade_history(db_url).before, SCHEMA_VERSION) == (4, 5)
+    assert _scalar(db_url, "SELECT timing FROM records") == "warm"
+    assert _scalar(db_url, "SELECT record_id FROM claims WHERE candidate_key = 'k'") == 1
+    db = open_history(db_url, board_id="old", timing="flushed")
+    try:
+        assert db.count_records(MOD) == 0 and not db.has_candidate(MOD, ARM, _schedule(4).trace)
+        workload = db.commit_workload(MOD)
+        db.commit_measurement(_record(workload, 4, [3e-3]))  # the same board and candidate, timed flushed: a new row
+        assert _scalar(db_url, "SELECT count(*) FROM records") == 2
+        assert _secs(db.best_record(MOD, ARM)) == [3e-3]
     finally:
         db.close()

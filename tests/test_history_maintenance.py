@@ -73,7 +73,7 @@ def _rows(db_url: str) -> tuple[list[tuple], list[tuple]]:
                     sa.text(
                         "SELECT w.mod_hash, r.target_json, r.target_hash, r.target_kind,"
                         " r.trace_json, r.candidate_hash, r.run_secs_json, r.mean_run_sec,"
-                        " r.error, r.args_info_json, r.board_id, r.tvm_version, r.created_at"
+                        " r.error, r.args_info_json, r.board_id, r.timing, r.tvm_version, r.created_at"
                         " FROM records r JOIN workloads w ON w.id = r.workload_id"
                     )
                 )
@@ -123,9 +123,9 @@ def _duplicate_under_second_row(db_url: str, secs_and_ages: list[tuple[float, fl
             db_url,
             "INSERT INTO records (workload_id, target_json, target_hash, target_kind, trace_json,"
             " candidate_hash, run_secs_json, mean_run_sec, error, args_info_json, board_id,"
-            " tvm_version, created_at)"
+            " timing, tvm_version, created_at)"
             " SELECT :w, target_json, target_hash, target_kind, trace_json, candidate_hash,"
-            " :secs, :mean, NULL, args_info_json, 'import', tvm_version, :at FROM records"
+            " :secs, :mean, NULL, args_info_json, 'import', timing, tvm_version, :at FROM records"
             " WHERE id = (SELECT MIN(id) FROM records WHERE mean_run_sec = 0.001)",
             w=row,
             secs=json.dumps([sec]),
@@ -162,12 +162,12 @@ def test_stats_group_by_workload_and_target(db_url):
     args8 = "float32[8,8], float32[8,8], float32[8,8]"
     assert sorted((g.task, g.args, g.target) for g in groups) == sorted(
         [
-            ("C", args16, "llvm aarch64-linux-gnu cortex-a72"),
-            ("C", args16, "llvm x86_64-linux-gnu"),
-            ("C", args8, "llvm aarch64-linux-gnu cortex-a72"),
+            ("C", args16, "llvm aarch64-linux-gnu cortex-a72, warm"),
+            ("C", args16, "llvm x86_64-linux-gnu, warm"),
+            ("C", args8, "llvm aarch64-linux-gnu cortex-a72, warm"),
         ]
     )
-    by_key = {(g.args.split(",")[0], g.target.split()[1]): g for g in groups}
+    by_key = {(g.args.split(",")[0], g.target.split()[1].rstrip(",")): g for g in groups}
     arm16 = by_key[("float32[16", "aarch64-linux-gnu")]
     assert (arm16.count, arm16.successful, arm16.failed) == (4, 3, 1)
     assert arm16.best_sec == pytest.approx(1e-3)
@@ -307,6 +307,41 @@ def test_export_import_round_trips_every_column(db_url, tmp_path, name):
         assert db.lookup_run_secs(MOD, ARM, _schedule(2).trace) == [4e-3, 6e-3]
     finally:
         db.close()
+
+
+
+def test_an_export_keeps_each_records_timing_and_a_version_4_export_reads_as_warm(db_url, tmp_path):
+    """Schema 5 put the timing in the record's key; a version-4 export (no timing) was timed warm."""
+    _fill(db_url)
+    db = open_history(db_url, board_id="rk3399-a", timing="flushed")
+    try:
+        db.commit_measurement(_record(db.commit_workload(MOD), 4, [7e-4]))  # the same candidate as a warm one
+        export_history(db, tmp_path / "new.jsonl")
+    finally:
+        db.close()
+    lines = [json.loads(line) for line in (tmp_path / "new.jsonl").read_text().splitlines()]
+    assert sorted(line["timing"] for line in lines if line.get("type") == "record") == ["flushed"] + ["warm"] * 6
+    header, body = lines[0], lines[1:]
+    old = [{**header, "schema_version": 4}] + [
+        {k: v for k, v in line.items() if k != "timing"} for line in body if line.get("timing") != "flushed"
+    ]
+    (tmp_path / "v4.jsonl").write_text("".join(json.dumps(line) + "\n" for line in old))
+
+    for name, added, flushed_secs in (("new.jsonl", 7, [7e-4]), ("v4.jsonl", 6, None)):
+        _wipe(db_url)
+        db = open_history(db_url, timing="flushed")
+        try:
+            assert import_history(db, tmp_path / name).added == added
+            # the flushed measurement is found, never the warm one of the same candidate
+            assert db.lookup_run_secs(MOD, ARM, _schedule(4).trace) == flushed_secs
+            assert db.count_records() == added - 6
+        finally:
+            db.close()
+        warm = open_history(db_url, read_only=True, timing="warm")
+        try:
+            assert warm.count_records() == 6
+        finally:
+            warm.close()
 
 
 def test_import_updates_older_measurements_and_keeps_newer(db_url, tmp_path):

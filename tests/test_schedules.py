@@ -37,11 +37,12 @@ def tune(profile, loopback_board, out: Path, model: str = "demo:tiny-cnn", **opt
 def library_file(tmp_path_factory, loopback_board) -> tuple[Path, Path, object]:
     """A library exported from a real (small) tune of the demo CNN: (library, its history, the profile)."""
     from edgetune.history import open_history
+    from edgetune.measure.runner import timing_of
 
     out = tmp_path_factory.mktemp("library-source")
     profile = host_profile(loopback_board, schedules="off")
     tune(profile, loopback_board, out, trials=20, evaluate=False)
-    history = open_history(str(out / "history.db"), read_only=True)
+    history = open_history(str(out / "history.db"), read_only=True, timing=timing_of(profile))
     try:
         library = export_library(history, out / "tiny.schedules.gz", profile.tvm_target(), top_k=2, budget_per_workload=4,
                                  zoo=["demo:tiny-cnn"])
@@ -58,6 +59,11 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
     target = profile.tvm_target()
     assert library.family == family_of(target).name and library.header["tvm_version"] == tvm.__version__
     assert library.header["zoo"] == ["demo:tiny-cnn"] and library.header["budget_per_workload"] == 4
+    assert library.timing == "flushed"  # the host profile times on flushed caches, and the library says so
+    import sqlite3
+
+    with sqlite3.connect(source_db) as conn:  # the tune stored every record as timed flushed
+        assert conn.execute("SELECT DISTINCT timing FROM records").fetchall() == [("flushed",)]
     # the convolutions and the dense layer were tuned: each has its best traces, fastest first
     covered = [w for w in library.workloads if w.schedules]
     assert len(covered) >= 3 and all(len(w.schedules) <= 2 for w in covered)
@@ -67,6 +73,7 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
         assert workload.schedules[0].board.startswith(SESSION_KEY)  # the key and the server that measured it
     text = "\n".join(library.describe())
     assert f"family: {library.family}" in text and "zoo: demo:tiny-cnn" in text and "budget: 4 measured trials" in text
+    assert "timed flushed" in text
 
     result = run_cli("schedules", "info", str(path))
     assert result.returncode == 0, result.stderr[-2000:]
@@ -77,14 +84,22 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     n = sum(len(w.schedules) for w in library.workloads)
     assert f"{n} schedules added, 0 already there" in result.stdout
-    history = open_history(str(fresh), read_only=True)
+    history = open_history(str(fresh), timing="flushed")
     try:
         for workload in covered:
             best = history.best_record(workload.mod, target)
             assert best is not None and float(best.run_secs[0]) * 1e6 == pytest.approx(workload.schedules[0].latency_us)
+        assert history.count_records() == n  # stored as timed flushed, as the library was
         assert import_library(history, library) == (0, n)  # idempotent
     finally:
         history.close()
+    warm = open_history(str(fresh), timing="warm")
+    try:
+        assert warm.count_records() == 0
+        with pytest.raises(LibraryError, match=r"^the history handle must be opened with timing='flushed'"):
+            import_library(warm, library)  # its records would be ranked against warm ones
+    finally:
+        warm.close()
 
 
 def test_a_library_of_another_family_is_not_used_and_says_so(library_file, tmp_path) -> None:

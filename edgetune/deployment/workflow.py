@@ -127,8 +127,10 @@ def source_from_model(model_spec: str, profile_name: str, db: str | None, out_di
     history = None
     if db:
         from ..history import open_history
+        from ..measure.runner import timing_of
 
-        history = open_history(db, read_only=True)
+        # the profile's timing first; a workload never timed that way is compiled with the other's best
+        history = open_history(db, read_only=True, timing=timing_of(profile))
     artifact = export_model(compile_model(model.mod, target, history), out_dir / ARTIFACT, profile)
     return DeploySource(
         artifact=artifact, model_source=model.source, model_name=model.name, model_sha256=model.sha256,

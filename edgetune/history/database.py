@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,7 +41,16 @@ from edgetune._version import __version__
 from edgetune.common.failure import FAILED_RUN_SECS, UNKNOWN_FAILURE, is_failed
 from edgetune.errors import HistoryError
 from edgetune.history.migrate import stored_version
-from edgetune.history.schema import SCHEMA_VERSION, alembic_version, meta, metadata, records, revision_of, workloads
+from edgetune.history.schema import (
+    SCHEMA_VERSION,
+    TIMINGS,
+    alembic_version,
+    meta,
+    metadata,
+    records,
+    revision_of,
+    workloads,
+)
 from edgetune.history.sql import (
     RECORD_COLUMNS,
     canonical,
@@ -150,16 +159,27 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
     ``compile_relax``) see one target's records only. There is no mode to
     switch: the history never changes what it returns.
 
+    Records timed on flushed caches and records timed warm are on two scales
+    too. A handle opened with ``timing`` stores that timing with every record it
+    writes and reads only records timed the same way, everywhere a target is
+    given (views, best records, candidates already measured). Without it, reads
+    see both and writes are stored as ``warm``, how stock MetaSchedule times.
+
     Storage is composed, not inherited: :attr:`claims` (:class:`SqlClaims`) and
     :attr:`bulk` (:class:`SqlOperations`) work on the same tables through this
     handle's engine, and :class:`TargetView` wraps it for MetaSchedule.
     """
 
-    def __init__(self, url_or_path: str, *, board_id: str = "", read_only: bool = False) -> None:
+    def __init__(
+        self, url_or_path: str, *, board_id: str = "", read_only: bool = False, timing: str | None = None
+    ) -> None:
+        if timing is not None and timing not in TIMINGS:
+            raise HistoryError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r} instead")
         url, name = _parse_location(url_or_path)
         self._url = url
         self._name = name
         self._board_id = board_id
+        self.timing = timing
         self._read_only = read_only
         self._by_id: dict[int, StoredWorkload] = {}
         self._by_shash: dict[str, list[StoredWorkload]] = {}
@@ -424,11 +444,29 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
                         records.c.workload_id.in_(entry.ids),
                         records.c.target_hash == sha256(canonical(target_cfg)),
                         records.c.candidate_hash == sha256(canonical(trace_json)),
+                        *self._timed(),
                     )
                     .order_by(records.c.id)
                     .limit(1)
                 ).scalar_one_or_none()
         return int(existing) if existing is not None else self._commit_record(record, None)
+
+    def _timed(self) -> tuple[Any, ...]:
+        """The condition that keeps reads to this handle's timing (none without one)."""
+        return () if self.timing is None else (records.c.timing == self.timing,)
+
+    def _prefer_timing(self, best: Callable[..., Sequence[Row]]) -> Sequence[Row]:
+        """The best rows of this handle's timing; of the other timing only where a workload has none.
+
+        Within one workload the ranking stays on one scale. A workload tuned only
+        before the timing changed (an upgraded history) still compiles with its
+        best schedule, and a resumed search starts from it, instead of starting
+        from nothing.
+        """
+        rows = best(*self._timed())
+        if not rows and self.timing is not None:
+            rows = best()
+        return rows
 
     def _commit_record(self, record: TuningRecord, error: str | None, board: str | None = None) -> int:
         trace_json, run_secs, target_cfg, args_info = record.as_json()
@@ -453,6 +491,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
                 "candidate_hash": sha256(trace_text),
                 # one row per board: two boards' results for one candidate are both kept
                 "board_id": f"{self._board_id}@{board}" if board else self._board_id,
+                "timing": self.timing or "warm",
             }
             with engine.begin() as conn:
                 if len(entry.ids) > 1:
@@ -485,7 +524,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
                         args_info_json=canonical(args_info),
                     )
                     .on_conflict_do_update(
-                        index_elements=["workload_id", "target_hash", "candidate_hash", "board_id"],
+                        index_elements=["workload_id", "target_hash", "candidate_hash", "board_id", "timing"],
                         set_=update,
                     )
                     .returning(records.c.id)
@@ -524,28 +563,31 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             entry = self._find(conn, workload)
             if entry is None or top_k == 0:
                 return []
-            rows = conn.execute(
-                _for_target(
-                    sa.select(*RECORD_COLUMNS).where(
-                        records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None)
-                    ),
-                    target_hash,
-                )
-                .order_by(records.c.mean_run_sec, records.c.id)
-                .limit(top_k)
-            ).all()
-            return self._to_records(conn, rows)
+
+            def best(*timed: Any) -> Sequence[Row]:
+                return conn.execute(
+                    _for_target(
+                        sa.select(*RECORD_COLUMNS).where(
+                            records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None), *timed
+                        ),
+                        target_hash,
+                    )
+                    .order_by(records.c.mean_run_sec, records.c.id)
+                    .limit(top_k)
+                ).all()
+
+            return self._to_records(conn, self._prefer_timing(best))
 
     def _all_records(self, target_hash: str | None) -> list[TuningRecord]:
         with self._access("read tuning records") as engine, engine.connect() as conn:
             rows = conn.execute(
-                _for_target(sa.select(*RECORD_COLUMNS), target_hash).order_by(records.c.id)
+                _for_target(sa.select(*RECORD_COLUMNS).where(*self._timed()), target_hash).order_by(records.c.id)
             ).all()
             return self._to_records(conn, rows)
 
     def _count(self, target_hash: str | None) -> int:
         with self._access("count tuning records") as engine, engine.connect() as conn:
-            stmt = _for_target(sa.select(sa.func.count()).select_from(records), target_hash)
+            stmt = _for_target(sa.select(sa.func.count()).select_from(records).where(*self._timed()), target_hash)
             return int(conn.execute(stmt).scalar_one())
 
     # ------------------------------------------------------------ edgetune API
@@ -565,8 +607,8 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         target: Target | None = None,
         successful_only: bool = False,
     ) -> int:
-        """Number of records, optionally of one workload/target; ignores the target filter."""
-        stmt = sa.select(sa.func.count()).select_from(records)
+        """Number of records of this handle's timing, optionally of one workload/target."""
+        stmt = sa.select(sa.func.count()).select_from(records).where(*self._timed())
         if target is not None:
             stmt = stmt.where(records.c.target_hash == sha256(target_json(target)))
         if successful_only:
@@ -592,6 +634,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             .where(
                 records.c.target_hash == sha256(target_json(target)),
                 records.c.mean_run_sec.is_not(None),
+                *self._timed(),
             )
             .order_by(records.c.created_at.desc(), records.c.id.desc())
             .limit(limit)
@@ -617,6 +660,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
                     records.c.workload_id.in_(entry.ids),
                     records.c.target_hash == sha256(canonical(target_cfg)),
                     records.c.candidate_hash == sha256(canonical(trace_json)),
+                    *self._timed(),
                 )
                 .order_by(records.c.id)
                 .limit(1)
@@ -645,21 +689,26 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
     def best_record(
         self, workload: Workload | IRModule, target: Target
     ) -> TuningRecord | None:
-        """The fastest successful record of ``workload`` on ``target``; ignores the filter."""
+        """The fastest successful record of ``workload`` on ``target``, of this handle's timing if it has one."""
         with self._access("read tuning records") as engine, engine.connect() as conn:
             entry = self._find(conn, workload)
             if entry is None:
                 return None
-            rows = conn.execute(
-                sa.select(*RECORD_COLUMNS)
-                .where(
-                    records.c.workload_id.in_(entry.ids),
-                    records.c.target_hash == sha256(target_json(target)),
-                    records.c.mean_run_sec.is_not(None),
-                )
-                .order_by(records.c.mean_run_sec, records.c.id)
-                .limit(1)
-            ).all()
+
+            def best(*timed: Any) -> Sequence[Row]:
+                return conn.execute(
+                    sa.select(*RECORD_COLUMNS)
+                    .where(
+                        records.c.workload_id.in_(entry.ids),
+                        records.c.target_hash == sha256(target_json(target)),
+                        records.c.mean_run_sec.is_not(None),
+                        *timed,
+                    )
+                    .order_by(records.c.mean_run_sec, records.c.id)
+                    .limit(1)
+                ).all()
+
+            rows = self._prefer_timing(best)
             return self._to_records(conn, rows)[0] if rows else None
 
     def export_json(self, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -749,15 +798,17 @@ class TargetView(ms.database.PyDatabase):
 
 
 def open_history(
-    url_or_path: str, *, board_id: str = "", read_only: bool = False
+    url_or_path: str, *, board_id: str = "", read_only: bool = False, timing: str | None = None
 ) -> HistoryDatabase:
     """Open (creating if needed) a tuning history usable as a MetaSchedule database.
 
     ``url_or_path`` is a file path (an SQLite file), ``sqlite:///PATH`` or
     ``postgresql://...``. ``board_id`` is stored with every record this handle
     writes. ``read_only`` refuses every write, for compiling from a shared history.
+    ``timing`` (``flushed`` or ``warm``, see :func:`edgetune.measure.runner.timing_of`)
+    is stored with every record written, and only records timed that way are read.
     """
-    return HistoryDatabase(url_or_path, board_id=board_id, read_only=read_only)
+    return HistoryDatabase(url_or_path, board_id=board_id, read_only=read_only, timing=timing)
 
 
 # The derived TVM object forwards to the class above; register it so that

@@ -103,7 +103,7 @@ def _target_label(target_json: str) -> str:
 
 @dataclass
 class GroupStats:
-    """Records of one task (workload and its arguments) on one target."""
+    """Records of one task (workload and its arguments) on one target, timed one way."""
 
     task: str
     args: str
@@ -119,12 +119,12 @@ class GroupStats:
 
 
 def history_stats(db: HistoryStore) -> list[GroupStats]:
-    """Records grouped by workload (all its rows) and target, largest groups first."""
+    """Records grouped by workload (all its rows), target and timing, largest groups first."""
     result = [
         GroupStats(
             task=_task_name(group.workload.workload.mod),
             args=_args_label(group.args_info_json),
-            target=_target_label(group.target_json),
+            target=f"{_target_label(group.target_json)}, {group.timing}",
             workload_ids=group.workload_ids,
             count=group.count,
             successful=group.successful,
@@ -242,7 +242,8 @@ def _read_export(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     f"{path}: not an edgetune history export (no '{EXPORT_FORMAT}' header line)"
                 )
             version = header.get("schema_version")
-            if version != SCHEMA_VERSION:
+            # version 4 lines lack only the timing, which import reads as "warm"
+            if version not in (4, SCHEMA_VERSION):
                 raise HistoryError(
                     f"{path}: exported with history schema version {version}, this edgetune "
                     f"reads version {SCHEMA_VERSION}"

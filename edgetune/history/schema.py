@@ -15,14 +15,21 @@ import sqlalchemy as sa
 
 #: Bump when a table or the meaning of a column changes; a history file written
 #: with another version is refused instead of being misread.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Version 2 added ``workloads.mod_hash`` (unique with ``shash``: concurrent writers
 # committing the same new module get one row) and ``records.target_hash`` (the
 # unique key and the best-record index use the hash, not unbounded TEXT, which
 # PostgreSQL cannot index beyond about 2.7 kB). Version 3 added ``board_id`` to
 # the unique key of a record: two boards measuring one candidate keep two rows.
 # Version 4 added ``claims``: tuners sharing a history lease a candidate before
-# measuring it, so two of them never measure one candidate at once.
+# measuring it, so two of them never measure one candidate at once. Version 5
+# added ``records.timing`` to the key: a candidate timed on flushed caches and the
+# same one timed warm are two measurements on two scales, never compared.
+
+#: How a record was timed: ``flushed`` (CPU caches flushed before every run, as
+#: inside a model) or ``warm`` (back-to-back runs; GPUs, and every record of a
+#: history older than schema version 5).
+TIMINGS = ("flushed", "warm")
 
 metadata = sa.MetaData()
 
@@ -51,7 +58,7 @@ workloads = sa.Table(
     sa.UniqueConstraint("shash", "mod_hash", name="uq_workloads_module"),
 )
 
-#: One row per measured candidate (workload, target, trace). ``mean_run_sec`` is
+#: One row per measured candidate (workload, target, trace, board, timing). ``mean_run_sec`` is
 #: NULL for records MetaSchedule must never pick: failed measurements and traces
 #: without any scheduling instruction (TVM's ``TuningRecord::IsValid``).
 records = sa.Table(
@@ -75,10 +82,11 @@ records = sa.Table(
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("args_info_json", sa.Text, nullable=False),
     sa.Column("board_id", sa.String(255), nullable=False),
+    sa.Column("timing", sa.String(16), nullable=False),
     sa.Column("tvm_version", sa.String(64), nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.UniqueConstraint(
-        "workload_id", "target_hash", "candidate_hash", "board_id", name="uq_records_candidate"
+        "workload_id", "target_hash", "candidate_hash", "board_id", "timing", name="uq_records_candidate"
     ),
     sa.Index("ix_records_best", "workload_id", "target_hash", "mean_run_sec"),
 )

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 #: Columns an import replaces when the file holds a newer measurement: all but
 #: those identifying the candidate (target, trace).
 RESULT_FIELDS = tuple(
-    f for f in RECORD_FIELDS if f not in ("target_json", "target_kind", "trace_json", "candidate_hash", "board_id")
+    f for f in RECORD_FIELDS
+    if f not in ("target_json", "target_kind", "trace_json", "candidate_hash", "board_id", "timing")
 )
 _DELETE_CHUNK = 500
 
@@ -106,6 +107,7 @@ class SqlOperations(BulkStore):
         stmt = sa.select(
             records.c.workload_id,
             records.c.target_hash,
+            records.c.timing,
             sa.func.min(records.c.target_json).label("target_json"),
             sa.func.min(records.c.args_info_json).label("args_info_json"),
             sa.func.count().label("count"),
@@ -114,23 +116,25 @@ class SqlOperations(BulkStore):
             sa.func.min(records.c.mean_run_sec).label("best"),
             sa.func.min(records.c.created_at).label("first"),
             sa.func.max(records.c.created_at).label("last"),
-        ).group_by(records.c.workload_id, records.c.target_hash)
-        boards_stmt = sa.select(records.c.workload_id, records.c.target_hash, records.c.board_id).distinct()
+        ).group_by(records.c.workload_id, records.c.target_hash, records.c.timing)
+        boards_stmt = sa.select(
+            records.c.workload_id, records.c.target_hash, records.c.timing, records.c.board_id
+        ).distinct()
         with self._core._access("read tuning records") as engine, engine.connect() as conn:
             rows = conn.execute(stmt).all()
             board_rows = conn.execute(boards_stmt).all()
             entries = self._core._entries(conn, {row.workload_id for row in rows})
-        boards: dict[tuple[int, str], set[str]] = defaultdict(set)
+        boards: dict[tuple[int, str, str], set[str]] = defaultdict(set)
         for row in board_rows:
-            boards[(id(entries[row.workload_id]), row.target_hash)].add(row.board_id)
-        groups: dict[tuple[int, str], RecordGroup] = {}
+            boards[(id(entries[row.workload_id]), row.target_hash, row.timing)].add(row.board_id)
+        groups: dict[tuple[int, str, str], RecordGroup] = {}
         for row in rows:
             entry = entries[row.workload_id]
-            key = (id(entry), row.target_hash)
+            key = (id(entry), row.target_hash, row.timing)
             group = groups.get(key)
             if group is None:
                 groups[key] = RecordGroup(
-                    workload=entry, target_json=row.target_json, args_info_json=row.args_info_json,
+                    workload=entry, target_json=row.target_json, args_info_json=row.args_info_json, timing=row.timing,
                     workload_ids=[row.workload_id], count=int(row.count), successful=int(row.successful or 0),
                     failed=int(row.failed or 0), best_sec=row.best, first=float(row.first), last=float(row.last),
                     boards=sorted(boards[key]),
@@ -186,26 +190,30 @@ class SqlOperations(BulkStore):
         with self._core._write_transaction("dedupe tuning records") as conn:
             entries = self._core._all_workloads(conn)
             # duplicates: one candidate under several rows of a workload, or measured by several boards
+            # (never across timings: a warm and a flushed time are on two scales)
             repeated = (
-                sa.select(records.c.workload_id, records.c.target_hash, records.c.candidate_hash)
-                .group_by(records.c.workload_id, records.c.target_hash, records.c.candidate_hash)
+                sa.select(records.c.workload_id, records.c.target_hash, records.c.candidate_hash, records.c.timing)
+                .group_by(records.c.workload_id, records.c.target_hash, records.c.candidate_hash, records.c.timing)
                 .having(sa.func.count() > 1)
             )
             shared = {row_id for row_id, entry in entries.items() if len(entry.ids) > 1}
             rows = conn.execute(
                 sa.select(
                     records.c.id, records.c.workload_id, records.c.target_hash, records.c.candidate_hash,
-                    records.c.created_at, records.c.run_secs_json, records.c.error, records.c.trace_json,
+                    records.c.timing, records.c.created_at, records.c.run_secs_json, records.c.error,
+                    records.c.trace_json,
                 ).where(
                     sa.or_(
                         records.c.workload_id.in_(sorted(shared)),
-                        sa.tuple_(records.c.workload_id, records.c.target_hash, records.c.candidate_hash).in_(repeated),
+                        sa.tuple_(
+                            records.c.workload_id, records.c.target_hash, records.c.candidate_hash, records.c.timing
+                        ).in_(repeated),
                     )
                 )
             ).all()
-            by_config: dict[tuple[int, str, str], list[Any]] = defaultdict(list)
+            by_config: dict[tuple[int, str, str, str], list[Any]] = defaultdict(list)
             for row in rows:
-                by_config[(id(entries[row.workload_id]), row.target_hash, row.candidate_hash)].append(row)
+                by_config[(id(entries[row.workload_id]), row.target_hash, row.candidate_hash, row.timing)].append(row)
             doomed: list[int] = []
             configurations = 0
             for dups in by_config.values():
@@ -248,13 +256,13 @@ class SqlOperations(BulkStore):
             if keep_top is not None:
                 entries = self._core._all_workloads(conn)
                 rows = conn.execute(
-                    sa.select(records.c.id, records.c.workload_id, records.c.target_hash)
+                    sa.select(records.c.id, records.c.workload_id, records.c.target_hash, records.c.timing)
                     .where(records.c.mean_run_sec.is_not(None))
                     .order_by(records.c.mean_run_sec, records.c.id)
                 ).all()
-                seen: dict[tuple[int, str], int] = defaultdict(int)
+                seen: dict[tuple[int, str, str], int] = defaultdict(int)
                 for row in rows:
-                    key = (id(entries[row.workload_id]), row.target_hash)
+                    key = (id(entries[row.workload_id]), row.target_hash, row.timing)
                     seen[key] += 1
                     if seen[key] > keep_top:
                         result.beyond_top += 1
@@ -327,7 +335,8 @@ def _average_into(conn: Connection, keep: Any, dups: list[Any]) -> None:
 
 
 def _import_record(conn: Connection, entry: StoredWorkload, obj: dict[str, Any], result: ImportResult) -> None:
-    values = {name: obj[name] for name in RECORD_FIELDS}
+    # exports of schema version 4 and older have no timing: their records were timed warm
+    values = {name: obj[name] if name != "timing" else obj.get("timing", "warm") for name in RECORD_FIELDS}
     values["target_hash"] = sha256(values["target_json"])
     values["candidate_hash"] = sha256(values["trace_json"])
     existing = conn.execute(
@@ -337,6 +346,7 @@ def _import_record(conn: Connection, entry: StoredWorkload, obj: dict[str, Any],
             records.c.target_hash == values["target_hash"],
             records.c.candidate_hash == values["candidate_hash"],
             records.c.board_id == values["board_id"],
+            records.c.timing == values["timing"],
         )
         .order_by(records.c.created_at.desc(), records.c.id.desc())
         .limit(1)
@@ -345,7 +355,9 @@ def _import_record(conn: Connection, entry: StoredWorkload, obj: dict[str, Any],
         inserted = conn.execute(
             insert_statement(conn, records)
             .values(workload_id=entry.ids[0], **values)
-            .on_conflict_do_nothing(index_elements=["workload_id", "target_hash", "candidate_hash", "board_id"])
+            .on_conflict_do_nothing(
+                index_elements=["workload_id", "target_hash", "candidate_hash", "board_id", "timing"]
+            )
         ).rowcount
         if inserted:
             result.added += 1

@@ -35,6 +35,7 @@ RECORD_FIELDS = (
     "error",
     "args_info_json",
     "board_id",
+    "timing",
     "tvm_version",
     "created_at",
 )
@@ -58,11 +59,12 @@ class StoredWorkload:
 
 @dataclass
 class RecordGroup:
-    """Records of one workload on one target (all of the workload's rows merged)."""
+    """Records of one workload on one target, timed one way (all of the workload's rows merged)."""
 
     workload: StoredWorkload
     target_json: str
     args_info_json: str
+    timing: str
     workload_ids: list[int]
     count: int
     successful: int

@@ -43,6 +43,15 @@ def cache_flush_preproc(config: MeasureSettings, device: str) -> str:
     return "cache_flush_cpu_non_first_arg" if config.enable_cpu_cache_flush and device == "cpu" else ""
 
 
+def timing_of(profile: Any) -> str:
+    """How a profile's candidates are timed: ``flushed`` or ``warm`` (the history's ``timing``).
+
+    Records of one timing are never ranked against the other's: a weight-heavy
+    kernel can be several times faster warm than inside a model.
+    """
+    return "flushed" if cache_flush_preproc(profile.measure, profile.rpc.device) else "warm"
+
+
 #: the runner is configured by the profile's ``[measure]`` table as it is
 MeasureConfig = MeasureSettings
 

@@ -65,12 +65,14 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
 
 def _export(args: argparse.Namespace) -> int:
     from ..history import open_history
+    from ..measure.runner import timing_of
     from ..profile import load_profile
     from .library import export_library
 
-    history = open_history(args.db, read_only=True)
+    profile = load_profile(args.profile)
+    history = open_history(args.db, read_only=True, timing=timing_of(profile))
     try:
-        library = export_library(history, args.file, load_profile(args.profile).tvm_target(), top_k=args.top_k,
+        library = export_library(history, args.file, profile.tvm_target(), top_k=args.top_k,
                                  budget_per_workload=args.budget)
     finally:
         history.close()
@@ -85,7 +87,7 @@ def _import(args: argparse.Namespace) -> int:
     from .library import import_library, load_library
 
     library = load_library(args.file)
-    history = open_history(args.db)
+    history = open_history(args.db, timing=library.timing)
     try:
         added, skipped = import_library(history, library)
     finally:

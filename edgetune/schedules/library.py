@@ -88,6 +88,11 @@ class ScheduleLibrary:
     _traces: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
+    def timing(self) -> str:
+        """How its schedules were timed (``flushed`` or ``warm``); libraries that do not say were timed warm."""
+        return str(self.header.get("timing") or "warm")
+
+    @property
     def family(self) -> str:
         return str(self.header.get("family", {}).get("name", "?"))
 
@@ -139,7 +144,8 @@ class ScheduleLibrary:
             f"made by edgetune {h.get('edgetune_version')} with TVM {h.get('tvm_version')} on {h.get('created_at')}",
             f"family: {family.get('name')} ({family.get('arch')}; features {', '.join(family.get('features', [])) or 'none'}; "
             f"measured on mcpu {family.get('mcpu') or '?'}, {h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
-            f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload)",
+            f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload, "
+            f"timed {self.timing})",
             f"budget: {h.get('budget_per_workload') or '?'} measured trials per workload "
             f"(records per workload: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
             "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
@@ -200,6 +206,8 @@ def export_library(
 ) -> ScheduleLibrary:
     """The ``top_k`` fastest distinct successful traces of each workload measured on ``target`` in ``history``.
 
+    Only records of the history handle's timing are read (open it with
+    ``timing=timing_of(profile)``); the library says which timing it holds.
     Default (untuned) schedules are left out: every tune measures its own.
     ``min_records``: leave out workloads with fewer records than that (not yet tuned).
     """
@@ -262,6 +270,7 @@ def export_library(
         "target": json.loads(target_json),
         "cores": int(target.attrs.get("num-cores", 0) or 0) or usable_cores(),
         "top_k": top_k,
+        "timing": getattr(history, "timing", None) or "warm",
         "budget_per_workload": budget_per_workload,
         "zoo": list(zoo),
         "source": getattr(history, "url", ""),
@@ -367,8 +376,15 @@ def import_library(history: Any, library: ScheduleLibrary) -> tuple[int, int]:
 
     For a team's shared history (``edgetune schedules import``): its tunes on
     that target then find the library's schedules as their own records (warm
-    start, transfer, the exact workload's best). Returns (added, already there).
+    start, transfer, the exact workload's best). ``history`` must be opened with
+    the library's :attr:`~ScheduleLibrary.timing`, which its records then carry.
+    Returns (added, already there).
     """
+    if getattr(history, "timing", None) != library.timing:
+        raise LibraryError(
+            f"the history handle must be opened with timing={library.timing!r} (the library's), "
+            f"got {getattr(history, 'timing', None)!r} instead"
+        )
     import tvm
     import tvm.s_tir.meta_schedule as ms
 

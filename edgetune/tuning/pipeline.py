@@ -43,7 +43,7 @@ from ..history import open_history
 from ..costmodel.warmstart import WarmStartReport, warm_start
 from ..tasks.signature import operator_signature
 from ..measure.awaiting import AwaitingRunner
-from ..measure.runner import MeasureStats, TrackerRunner
+from ..measure.runner import MeasureStats, TrackerRunner, timing_of
 from ..profile import DeviceProfile
 from ..provision.board import BoardChoice, choose_board, resolve_board
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
@@ -416,7 +416,9 @@ class TuningPipeline:
             if board.awaits_measurements:
                 announce(self.sink, self.trials, "starting loopback tracker and RPC server")
             address = stack.enter_context(board)
-            history = open_history(self.options.db or str(RunDir(out_dir).history), board_id=self.key)
+            history = open_history(
+                self.options.db or str(RunDir(out_dir).history), board_id=self.key, timing=timing_of(self.profile)
+            )
             stack.callback(history.close)
             # MetaSchedule's console handler takes the level its logger has right
             # now: keep its per-round tables in the log files, off the terminal.

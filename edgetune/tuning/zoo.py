@@ -81,8 +81,9 @@ def build_library(
     library = None
     if out is not None:
         from ..history import open_history
+        from ..measure.runner import timing_of
 
-        history = open_history(db, read_only=True)
+        history = open_history(db, read_only=True, timing=timing_of(profile))
         try:
             library = export_library(history, out, profile.tvm_target(), top_k=top_k,
                                      budget_per_workload=budget_per_workload, zoo=zoo)

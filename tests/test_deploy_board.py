@@ -47,6 +47,10 @@ def test_deploy_verifies_benchmarks_and_run_py_works_alone(site: Site, tmp_path:
     # the runtime alone is tens of MiB; a plausible RSS, not a placeholder
     assert 20 * 1024 < bench["peak_rss_kib"] < 4 * 1024 * 1024
     assert check["rpc_max_abs_diff"] < 1e-4 and bench["run_py_max_abs_diff"] < 1e-4
+    # on the profile's threads, as tuned (TVM alone would take half an x86 board's CPUs)
+    from edgetune.profile import load_profile
+
+    assert bench["threads"] == load_profile("host").device.num_threads
     local = run_dir / "deployments" / "lo" / os.readlink(current) / "manifest.json"
     assert json.loads(local.read_text()) == manifest
 
@@ -63,6 +67,12 @@ def test_deploy_verifies_benchmarks_and_run_py_works_alone(site: Site, tmp_path:
     assert done.returncode == 0, done.stderr
     got = np.load(tmp_path / "y.npy")
     np.testing.assert_allclose(got, model.reference_outputs(feeds)[0], rtol=1e-3, atol=1e-4)
+    # the user's TVM_NUM_THREADS wins over the tuned threads
+    done = subprocess.run([str(python), str(current / "run.py"), "--input", str(tmp_path / "x.npy"), "--bench",
+                           "--repeat", "1", "--warmup", "0"], capture_output=True, text=True,
+                          env={**env, "TVM_NUM_THREADS": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["threads"] == 1
 
 
 def test_wrong_outputs_fail_loudly_and_do_not_switch(site: Site, tmp_path: Path) -> None:

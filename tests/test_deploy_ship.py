@@ -75,6 +75,9 @@ def test_deploy_twice_then_rollback_and_forward(site: Site, run_dir: Path) -> No
     deployed = model_dir / "current"
     assert hashlib.sha256((deployed / "model.so").read_bytes()).hexdigest() == sha
     assert (deployed / "run.py").read_text().startswith("#!/usr/bin/env python3")
+    from edgetune.profile import load_profile
+
+    assert json.loads((deployed / "runtime.json").read_text()) == {"threads": load_profile("host").device.num_threads}
     manifest = json.loads((deployed / "manifest.json").read_text())
     assert manifest["artifact"]["sha256"] == sha and manifest["profile"] == "host" and manifest["version"] == v1
     assert manifest["tuned_latency_at_tune_time"] == {"median_ms": 1.0} and manifest["verification"] is None

@@ -1,4 +1,4 @@
-"""The board-side ``run.py`` shipped with every deployment.
+"""The board-side ``run.py`` shipped with every deployment, and the ``runtime.json`` it reads.
 
 It needs only the TVM runtime and numpy on the board (the venv that
 ``edgetune provision`` installs), so the model keeps running without the host.
@@ -15,7 +15,9 @@ RUN_PY = r'''#!/usr/bin/env python3
   python run.py --input a.npy --input b.npy ...       several inputs, in the model's order
   python run.py --input x.npy --bench --repeat 50     latency (ms) and peak RSS as JSON
 
-Several outputs are written as one .npz (output_0, output_1, ...).
+Several outputs are written as one .npz (output_0, output_1, ...). It runs on
+the threads the model was tuned for (runtime.json beside it) unless
+TVM_NUM_THREADS says otherwise: TVM alone takes half the CPUs of an x86 board.
 """
 import argparse
 import json
@@ -36,6 +38,14 @@ def _flatten(value):
     return out
 
 
+def _tuned_threads(here):
+    try:
+        with open(os.path.join(here, "runtime.json")) as handle:
+            return int(json.load(handle).get("threads", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description="run the deployed model with the TVM runtime")
@@ -49,6 +59,9 @@ def main(argv=None):
     if args.repeat < 1 or args.warmup < 0:
         parser.error("--repeat must be >= 1 and --warmup >= 0")
 
+    threads = _tuned_threads(here)
+    if threads and "TVM_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = str(threads)  # read once, when TVM starts its thread pool
     import tvm
     from tvm import relax
 
@@ -85,6 +98,7 @@ def main(argv=None):
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "rss_before_model_kib": rss_before,
         "tvm_version": tvm.__version__,
+        "threads": int(os.environ.get("TVM_NUM_THREADS", "0") or 0),
     }, sys.stdout)
     sys.stdout.write("\n")
     return 0
@@ -93,3 +107,7 @@ def main(argv=None):
 if __name__ == "__main__":
     sys.exit(main())
 '''
+
+
+#: Written beside ``run.py``: the threads the model was tuned and verified on.
+RUNTIME_JSON = "runtime.json"

@@ -27,7 +27,7 @@ from ..errors import DeployError, DeployInputError, ModelError, VerificationErro
 from ..provision.inventory import BoardEntry, Inventory
 from ..provision.baseline import time_baseline_on_board
 from ..provision.ssh import BoardConnection
-from .runner_template import RUN_PY
+from .runner_template import RUN_PY, RUNTIME_JSON
 from .ship import ARTIFACT, Deployment, activate, deployments_root, new_version, safe_model_name, sha256_file, upload
 
 SUMMARY = RunDir.SUMMARY
@@ -187,7 +187,12 @@ def deploy(
 
     model = _tuned_model(source) if verify or baselines else None
     inputs, reference = _reference(model) if verify else (None, None)
-    files: dict[str, Path | bytes] = {ARTIFACT: source.artifact, RUNNER: RUN_PY.encode()}
+    files: dict[str, Path | bytes] = {
+        ARTIFACT: source.artifact,
+        RUNNER: RUN_PY.encode(),
+        # the profile's threads: without them TVM takes half the CPUs of an x86 board
+        RUNTIME_JSON: json.dumps({"threads": profile.device.num_threads}).encode(),
+    }
     if inputs is not None:
         files.update({f"input_{i}.npy": _npy(x) for i, x in enumerate(inputs)})
 

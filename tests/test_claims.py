@@ -101,3 +101,25 @@ def test_runs_holding_claims_never_wait_for_each_other(tmp_path):
             claims.close()
         for db in stores:
             db.close()
+
+
+def test_tuners_timing_another_way_claim_apart(tmp_path):
+    """A warm tuner's finished claim must not hand its warm time to a flushed tuner: each measures its own."""
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    warm, flushed = open_history(url, board_id="k", timing="warm"), open_history(url, board_id="k", timing="flushed")
+    first = CandidateClaims(warm, ARM, CandidateCache(), poll_sec=0.05)
+    second = CandidateClaims(flushed, ARM, CandidateCache(), poll_sec=0.05)
+    try:
+        mod = _schedule(4).mod
+        assert first.claim(mod)
+        first.finish(mod, warm.commit_measurement(_record(warm.commit_workload(MOD), 4, [2e-3])))
+        assert second.claim(mod)  # not served the warm record: this tuner measures it
+        assert second.cache.lookup_key(CandidateCache.key(mod)) is None
+        third = CandidateClaims(warm, ARM, CandidateCache(), poll_sec=0.05)  # another warm run is served
+        assert not third.claim(mod)
+        third.close()
+    finally:
+        for claims in (first, second):
+            claims.close()
+        for db in (warm, flushed):
+            db.close()

@@ -47,8 +47,18 @@ def _select(conn: Connection) -> sa.Select:
     return sa.select(*_COLUMNS, sa.case((expired, 1), else_=0).label("expired"))
 
 
-def _key(target: Target, candidate_key: str) -> tuple[Any, Any]:
-    return claims.c.target_hash == sha256(target_json(target)), claims.c.candidate_key == candidate_key
+def _claim_hash(target: Target, timing: str | None) -> str:
+    """A claim's ``target_hash``: the target's, and for flushed timing a distinct one.
+
+    Tuners timing another way must not take each other's results (a finished
+    claim hands its record to whoever asks), so they claim apart.
+    """
+    text = target_json(target)
+    return sha256(text if timing in (None, "warm") else f"{text}|timing={timing}")
+
+
+def _key(target: Target, candidate_key: str, timing: str | None) -> tuple[Any, Any]:
+    return claims.c.target_hash == _claim_hash(target, timing), claims.c.candidate_key == candidate_key
 
 
 def _owned(owner: ClaimOwner) -> Any:
@@ -79,7 +89,7 @@ class SqlClaims(ClaimStore):
                         "claimed_at": now, "expires_at": now + lease_sec, "record_id": None,
                     }
                     stmt = insert_statement(conn, claims).values(
-                        target_hash=sha256(target_json(target)), candidate_key=candidate_key, **mine
+                        target_hash=_claim_hash(target, self._core.timing), candidate_key=candidate_key, **mine
                     )
                     # insert, or take over an expired (or, if asked, a measured) claim: one statement
                     free = sa.and_(claims.c.record_id.is_(None), claims.c.expires_at < now)
@@ -89,14 +99,14 @@ class SqlClaims(ClaimStore):
                         stmt.on_conflict_do_update(index_elements=["target_hash", "candidate_key"], set_=mine, where=free)
                     )
                     # in the same transaction: who holds it now (us, or the live owner we lost to)
-                    row = conn.execute(_select(conn).where(*_key(target, candidate_key))).first()
+                    row = conn.execute(_select(conn).where(*_key(target, candidate_key, self._core.timing))).first()
                 if row is not None:
                     return _claim(row)
             raise HistoryError(f"{candidate_key}: claim kept vanishing while being read")
 
     def claim_of(self, target: Target, candidate_key: str) -> Claim | None:
         with self._core._access("read claims") as engine, engine.connect() as conn:
-            row = conn.execute(_select(conn).where(*_key(target, candidate_key))).first()
+            row = conn.execute(_select(conn).where(*_key(target, candidate_key, self._core.timing))).first()
             return None if row is None else _claim(row)
 
     def renew_claims(self, owner: ClaimOwner, lease_sec: float) -> int:
@@ -108,13 +118,13 @@ class SqlClaims(ClaimStore):
     def finish_claim(self, target: Target, candidate_key: str, owner: ClaimOwner, record_id: int) -> bool:
         with self._core._access("finish a claim", write=True) as engine, engine.begin() as conn:
             done = conn.execute(
-                claims.update().where(*_key(target, candidate_key), _owned(owner)).values(record_id=record_id)
+                claims.update().where(*_key(target, candidate_key, self._core.timing), _owned(owner)).values(record_id=record_id)
             ).rowcount
             return bool(done)
 
     def release_claim(self, target: Target, candidate_key: str, owner: ClaimOwner) -> bool:
         with self._core._access("release a claim", write=True) as engine, engine.begin() as conn:
-            return bool(conn.execute(claims.delete().where(*_key(target, candidate_key), _owned(owner))).rowcount)
+            return bool(conn.execute(claims.delete().where(*_key(target, candidate_key, self._core.timing), _owned(owner))).rowcount)
 
     def release_claims(self, owner: ClaimOwner) -> int:
         with self._core._access("release claims", write=True) as engine, engine.begin() as conn:

@@ -15,16 +15,17 @@ steps:
    blocked weight layout for one input channel per group, so MobileNets would
    go blocked -> NCHW -> blocked around every depthwise conv), the elementwise
    ops after them (bias, ReLU6 as ``maximum``/``minimum``, hard-swish, a
-   squeeze-excite gate), channel concats, and a re-blocking transform of a
-   tensor that is already blocked.
+   squeeze-excite gate), channel concats, max/average pools, a stem with
+   fewer input channels than a block (its input in one block, ``NCHW3c``, its
+   output blocked, as ONNX Runtime's NCHW-in/NCHWc-out kernel), and a
+   re-blocking transform of a tensor that is already blocked.
 4. ``LegalizeOps`` lowers blocked convolutions, which it has no lowering for:
    ordinary ones to TOPI's ``conv2d_NCHWc``, depthwise ones to the
    ``depthwise_conv2d_NCHWc`` compute below (TOPI 0.27 declares that operator
    but registers no generic implementation).
 
-Convolutions whose channels do not divide into blocks (a 3-channel stem) and
-grouped convolutions other than depthwise stay NCHW, with a layout transform
-between.
+Other convolutions whose channels do not divide into blocks and grouped
+convolutions other than depthwise stay NCHW, with a layout transform between.
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ blocked by the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4
 otherwise; ``"NCHW8c"`` and the like fix the block, for channel counts the lanes
 do not divide): ``NCHW16c`` data and ``OIHW16i16o`` weights, depthwise
 convolutions and the ``Clip`` after them included (:mod:`edgetune.tasks.blocking`
-says how, and lowers what Relax's ``LegalizeOps`` cannot); convolutions whose
-channels do not divide into blocks (a 3-channel stem) and grouped ones other
-than depthwise stay NCHW, with a layout transform between.
+says how, and lowers what Relax's ``LegalizeOps`` cannot), and a 3-channel stem
+with its input in one block of 3; convolutions whose channels do not divide
+into blocks otherwise and grouped ones other than depthwise stay NCHW, with a
+layout transform between.
 
 A pass that fails on a model is skipped: the model keeps the graph from before
 that pass, and :class:`GraphReport` (written to ``summary.json``) says which

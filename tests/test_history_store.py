@@ -77,6 +77,13 @@ def test_record_summaries_in_measurement_order_and_by_target(store):
     assert [s.mean_run_sec for s in arm] == [4e-3, 1e-3, None, 5e-5]  # the failure has no mean
     assert {id(s.workload) for s in arm[:3]} == {id(arm[0].workload)}  # one entry per workload
     assert [s.mean_run_sec for s in store.bulk.record_summaries(X86)] == [3e-4]
+    assert {s.timing for s in summaries} == {"warm"}  # a handle opened without a timing writes warm
+    flushed = open_history(store.url if "://" in store.url else f"sqlite:///{store.url}", timing="flushed")
+    try:
+        flushed.commit_measurement(_record(flushed.commit_workload(MOD), 2, [6e-3]))
+    finally:
+        flushed.close()
+    assert [(s.mean_run_sec, s.timing) for s in store.bulk.record_summaries(ARM)][-1] == (6e-3, "flushed")
 
 
 def test_records_by_id_keep_the_order_asked_for(store):

@@ -311,3 +311,23 @@ def test_report_after_tune_warns_in_one_line(tmp_path, capsys):
 def _layout_transforms(summary: TuneSummary) -> int:
     """Layout transforms the run's conv layout added around blocked convolutions (none as imported)."""
     return sum("layout_transform" in task.name for task in summary.tasks)
+
+
+def test_records_timed_another_way_are_another_runs(tuned, tmp_path):
+    """An upgraded history holds an older run's warm records of the same workloads: not this run's curve."""
+    import sqlite3
+
+    from edgetune.report.data import history_records, load_summary
+
+    summary = load_summary(tuned)
+    db = tmp_path / "history.db"
+    shutil.copy(summary.history.split(":///", 1)[-1], db)
+    mine = history_records(summary, f"sqlite:///{db}", [])
+    assert mine and {r.timing for r in mine} == {"flushed"}
+    columns = ("workload_id, target_json, target_hash, target_kind, trace_json, candidate_hash, run_secs_json,"
+               " mean_run_sec, error, args_info_json, board_id, tvm_version")
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"INSERT INTO records ({columns}, timing, created_at)"
+                     f" SELECT {columns}, 'warm', created_at - 86400 FROM records")
+    notes: list[str] = []
+    assert [r.id for r in history_records(summary, f"sqlite:///{db}", notes)] == [r.id for r in mine] and not notes

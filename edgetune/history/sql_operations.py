@@ -155,7 +155,7 @@ class SqlOperations(BulkStore):
     def record_summaries(self, target: Target | None = None) -> list[RecordSummary]:
         stmt = sa.select(
             records.c.id, records.c.workload_id, records.c.target_hash, records.c.target_json,
-            records.c.mean_run_sec, records.c.created_at,
+            records.c.mean_run_sec, records.c.created_at, records.c.timing,
         ).order_by(records.c.created_at, records.c.id)
         if target is not None:
             stmt = stmt.where(records.c.target_hash == sha256(target_json(target)))
@@ -166,6 +166,7 @@ class SqlOperations(BulkStore):
             RecordSummary(
                 id=row.id, workload=entries[row.workload_id], target_json=row.target_json,
                 target_hash=row.target_hash, mean_run_sec=row.mean_run_sec, created_at=float(row.created_at),
+                timing=row.timing,
             )
             for row in rows
         ]

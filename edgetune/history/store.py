@@ -97,6 +97,7 @@ class RecordSummary:
     target_hash: str
     mean_run_sec: float | None  # None: failed, or a trace MetaSchedule must never pick
     created_at: float
+    timing: str = "warm"  # flushed or warm: records of one timing are ranked together only
 
 
 @dataclass

@@ -183,8 +183,9 @@ def _read_history(summary: TuneSummary, url: str | None) -> list[Any]:
     except Exception as error:  # whatever the backend raises: the report goes on without per-task curves
         raise _Unreadable(f"history {url} could not be read ({_one_line(error)})") from None
     if records:
-        target = records[-1].target_hash  # other targets' records of the same workloads are another run's
-        records = [r for r in records if r.target_hash == target]
+        # other targets' records of the same workloads are another run's, and so are those timed another way
+        scale = (records[-1].target_hash, records[-1].timing)
+        records = [r for r in records if (r.target_hash, r.timing) == scale]
     return sorted(records, key=lambda r: (r.created_at, r.id))
 
 

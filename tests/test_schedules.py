@@ -72,7 +72,7 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
         assert latencies == sorted(latencies) and latencies[0] > 0
         assert workload.schedules[0].board.startswith(SESSION_KEY)  # the key and the server that measured it
     text = "\n".join(library.describe())
-    assert f"family: {library.family}" in text and "zoo: demo:tiny-cnn" in text and "budget: 4 measured trials" in text
+    assert f"family: {library.family}" in text and "zoo: demo:tiny-cnn" in text and "budget: 4 trials per workload" in text
     assert "timed flushed" in text
 
     result = run_cli("schedules", "info", str(path))

@@ -146,8 +146,8 @@ class ScheduleLibrary:
             f"measured on mcpu {family.get('mcpu') or '?'}, {h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
             f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload, "
             f"timed {self.timing})",
-            f"budget: {h.get('budget_per_workload') or '?'} measured trials per workload "
-            f"(records per workload: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
+            f"budget: {h.get('budget_per_workload') or '?'} trials per workload, the candidates the search proposed "
+            f"(measured, after sampling: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
             "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
         ]
         if h.get("zoo"):

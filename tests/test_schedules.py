@@ -219,6 +219,7 @@ def test_library_records_transfer_to_another_shape_or_are_skipped(library_file) 
     from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.search.transfer import best_similar_records, transferred_candidates
     from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.graph import prepare_graph
     from edgetune.tasks.signature import operator_signature
 
     path, _db, profile = library_file
@@ -226,8 +227,10 @@ def test_library_records_transfer_to_another_shape_or_are_skipped(library_file) 
     load_tensor_intrinsics(target)
     library = load_library(path)
     records = library.tuning_records(target)
-    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(load_model("demo:tiny-cnn@40").mod, target), target)
-    conv = next(t for t in tasks if "conv2d1" in t.task_name)
+    # the graph the tune prepared: the profile's convolution layout (blocked on AVX-512 and AVX2 hosts)
+    prepared = prepare_graph(load_model("demo:tiny-cnn@40"), profile.tuning.conv_layout, "full", target)
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    conv = next(t for t in tasks if "conv2d_NCHWc1" in t.task_name)
     ctx = ms.TuneContext(mod=conv.dispatched[0], target=target, space_generator="post-order-apply",
                          search_strategy="replay-trace", task_name=conv.task_name, num_threads=1, rand_state=1)
     similar = best_similar_records(records, ctx.mod, operator_signature)

@@ -248,6 +248,7 @@ def deploy(
     model: Any = None,
     profile: str | None = None,
     db: str | os.PathLike[str] | None = None,
+    conv_layout: str | None = None,
     inventory: str | None = None,
     name: str | None = None,
     verify: bool = True,
@@ -265,7 +266,8 @@ def deploy(
     ``run`` is what :func:`tune` returned (its :class:`~edgetune.tuning.TuneSummary`)
     or a run directory; or, instead of ``run``, ``model`` (anything :func:`tune`
     accepts) is compiled for the board's profile with the best schedules of the
-    history ``db``. ``board`` names a board of the inventory. With ``verify``
+    history ``db``, its convolutions in ``conv_layout`` (default: the
+    profile's ``tuning.conv_layout``; give the one the history was tuned in). ``board`` names a board of the inventory. With ``verify``
     (the default) the board's outputs are checked against a host reference
     within ``rtol``/``atol`` and the model benchmarked there. ``log`` receives
     the progress lines the CLI prints. The local copy of the manifest goes to
@@ -276,7 +278,8 @@ def deploy(
     from .deployment.run import deploy_run
 
     return deploy_run(
-        run, board=board, model=model, profile=profile, db=db, inventory=inventory, name=name, verify=verify, rtol=rtol,
+        run, board=board, model=model, profile=profile, db=db, conv_layout=conv_layout, inventory=inventory, name=name,
+        verify=verify, rtol=rtol,
         atol=atol, warmup=warmup, repeat=repeat, out=out, accept_new_host_key=accept_new_host_key, log=log,
         baseline=baseline,
     )

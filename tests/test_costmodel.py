@@ -305,3 +305,26 @@ def test_warm_start_adapts_the_meta_model_to_the_history(meta_run):
         assert adapted.shape == (1,) and np.isfinite(adapted).all() and adapted[0] != start[0]
     finally:
         history.close()
+
+
+def test_pretraining_never_ranks_a_flushed_time_against_a_warm_one(tmp_path):
+    """One workload timed both ways is two training tasks: relative throughput is taken on one scale only."""
+    from edgetune.costmodel.training import load_corpus
+    from edgetune.history import open_history
+    from test_history import ARM, MOD, _record
+
+    url = f"sqlite:///{tmp_path / 'both.db'}"
+    for timing, secs in (("warm", (1e-4, 2e-4)), ("flushed", (9e-4, 6e-4))):
+        db = open_history(url, board_id="b", timing=timing)
+        try:
+            workload = db.commit_workload(MOD)
+            for factor, sec in zip((4, 8), secs):
+                db.commit_measurement(_record(workload, factor, [sec]))
+        finally:
+            db.close()
+    corpus = load_corpus([url])
+    assert corpus.tasks == 2 and len(corpus.graphs) == 4
+    by_task: dict[int, list[float]] = {}
+    for task, cost in zip(corpus.group, corpus.costs):
+        by_task.setdefault(task, []).append(cost)
+    assert sorted(sorted(costs) for costs in by_task.values()) == [[1e-4, 2e-4], [6e-4, 9e-4]]

@@ -142,6 +142,7 @@ def test_errors_are_one_line(site: Site, run_dir: Path, tmp_path: Path, loopback
     assert_one_error(site.cli("deploy", "--board", "lo", "--rollback", "tiny-cnn"), 3, "needs a previous version")
     assert_one_error(site.cli("deploy", "--board", "lo"), 2, "RUN_DIR or --model M, got neither")
     assert_one_error(site.cli("deploy", "--board", "lo", "--db", "h.db", str(run_dir)), 2, "must come with --model")
+    assert_one_error(site.cli("deploy", "--board", "lo", "--conv-layout", "NHWC", str(run_dir)), 2, "must come with --model")
     assert_one_error(site.cli("deploy", "--board", "lo", "--repeat", "0", str(run_dir)), 2, "--repeat must be >= 1")
     assert_one_error(site.cli("deploy", "--board", "nosuch", str(run_dir)), 2, "nosuch")
     (tmp_path / "arm").mkdir()
@@ -162,3 +163,25 @@ def test_model_mode_compiles_for_the_boards_profile(site: Site, tmp_path: Path) 
     assert (tmp_path / "local" / "lo" / os.readlink(current) / "manifest.json").is_file()
     assert_one_error(site.cli("deploy", "--board", "lo", "--no-verify", "--model", MODEL, "--profile", "rk3399"), 2,
                      "must be built for board lo's profile host, got one built for rk3399 instead")
+
+
+@pytest.mark.parametrize("conv_layout, expected", [(None, "conv2d_NCHWc"), ("NHWC", 'data_layout="NHWC"')])
+def test_model_mode_compiles_in_the_layout_the_history_was_tuned_in(tmp_path: Path, monkeypatch, conv_layout, expected):
+    """`deploy --model M --db H --conv-layout L`: the graph is prepared in L (as `tune --conv-layout L` tuned it),
+    or the history's records would match none of its workloads; without it, the profile's layout."""
+    from edgetune.artifact import compile as artifact_compile
+    from edgetune.deployment.workflow import source_from_model
+
+    compiled = []
+    real = artifact_compile.compile_model
+
+    def spy(mod, target, history=None):
+        compiled.append(mod.script())
+        return real(mod, target, history)
+
+    monkeypatch.setattr(artifact_compile, "compile_model", spy)
+    source = source_from_model("demo:tiny-cnn", "host", None, tmp_path, conv_layout=conv_layout)
+    assert source.artifact.stat().st_size > 0
+    (script,) = compiled
+    assert expected in script
+

@@ -389,6 +389,37 @@ def test_import_tvm_json_database(db_url, tmp_path):
         db.close()
 
 
+def test_export_tvm_writes_one_timing_and_asks_which_when_the_history_holds_both(db_url, tmp_path):
+    """TVM's JSON database has no timing: a flushed and a warm time of one candidate must not land in one file."""
+    _fill(db_url)  # six records timed warm
+    result = run_cli("db", "export-tvm", str(tmp_path / "warm-only"), "--db", db_url, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "(6 records, timed warm)" in result.stdout
+    db = open_history(db_url, board_id="rk3399-a", timing="flushed")
+    try:
+        db.commit_measurement(_record(db.commit_workload(MOD), 4, [7e-4]))  # a warm candidate, timed flushed
+        assert db.timings() == ["flushed", "warm"]
+    finally:
+        db.close()
+    result = run_cli("db", "export-tvm", str(tmp_path / "both"), "--db", db_url, timeout=120)
+    assert result.returncode != 0 and not (tmp_path / "both" / "database_tuning_record.json").exists()
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "holds records timed flushed and warm, which TVM's format cannot tell apart: pick one with --timing"
+    ), result.stderr
+    for timing, count, secs in (("flushed", 1, [7e-4]), ("warm", 6, None)):
+        result = run_cli("db", "export-tvm", str(tmp_path / timing), "--db", db_url, "--timing", timing, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert f"({count} records, timed {timing})" in result.stdout
+        stock = ms.database.JSONDatabase(
+            path_workload=str(tmp_path / timing / "database_workload.json"),
+            path_tuning_record=str(tmp_path / timing / "database_tuning_record.json"),
+        )
+        assert len(stock) == count
+        if secs is not None:
+            (record,) = stock.get_all_tuning_records()
+            assert [float(x) for x in record.run_secs] == secs
+
+
 def test_bad_import_files_are_one_line_errors_and_import_nothing(db_url, tmp_path):
     _fill(db_url)
     db = open_history(db_url)

@@ -308,6 +308,7 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
     """The library shipped for this workplace's CPU family: loads, is named by its family, under 5 MB, covers ResNet-18."""
     from edgetune.schedules.use import SHIPPED_SUFFIX, shipped_libraries
     from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.graph import prepare_graph
 
     shipped = shipped_libraries()
     assert shipped, "a library ships in edgetune/schedules/data"
@@ -317,8 +318,12 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
         assert path.name == f"{library.family}{SHIPPED_SUFFIX}"
         assert library.workloads and all(w.schedules for w in library.workloads)
     library = load_library(next(p for p in shipped if p.name.startswith("x86-64-avx512")))
-    assert "demo:resnet18@224" in library.header["zoo"]
+    assert "demo:resnet18@224 in NCHW16c" in library.header["zoo"]
+    # the graph a tune prepares for this family by default: every convolution blocked, the stem and pool too
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
-    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(load_model("demo:resnet18@224").mod, target), target)
-    convolutions = [t for t in tasks if "conv2d" in t.task_name]
-    assert convolutions and all(library.find(t.dispatched[0]) is not None for t in convolutions)
+    prepared = prepare_graph(load_model("demo:resnet18@224"), "auto", "full", target)
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    heavy = [t for t in tasks if "conv2d_NCHWc" in t.task_name or "pool" in t.task_name]
+    assert len(heavy) >= 12
+    missing = [t.task_name for t in heavy if library.find(t.dispatched[0]) is None]
+    assert not missing, missing

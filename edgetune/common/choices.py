@@ -18,6 +18,9 @@ EVALUATORS = ("adaptive", "fixed")
 STOP_RULES = ("auto", "cv", "ci")
 #: Candidate sampling before measurement (K-means: measure one per cluster).
 SAMPLERS = ("kmeans", "none")
+#: How a history record was timed: ``flushed`` (CPU caches flushed before every run, as inside a model) or
+#: ``warm`` (back-to-back runs; GPUs, and every record of a history older than schema version 5).
+TIMINGS = ("flushed", "warm")
 #: Per-task early stop rules.
 EARLY_STOPS = ("adaptive", "fixed", "none")
 #: How the share of random candidates in a batch is chosen.

@@ -92,10 +92,12 @@ def load_corpus(urls: list[str], *, max_records_per_task: int = 512) -> Corpus:
         store = open_history(url, read_only=True)
         try:
             corpus.histories.append(store.url)
-            groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+            # one group per workload, target and timing: relative throughput is only meaningful on one scale,
+            # and a flushed-cache time of a candidate is not comparable with a warm one
+            groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
             for summary in store.bulk.record_summaries():
-                groups[(summary.workload.shash, summary.target_json)].append(summary)
-            for (_, target_json), summaries in groups.items():
+                groups[(summary.workload.shash, summary.target_json, summary.timing)].append(summary)
+            for (_, target_json, _timing), summaries in groups.items():
                 summaries = summaries[-max_records_per_task:]
                 records = store.bulk.records_by_id([s.id for s in summaries])
                 target = Target(json.loads(target_json))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..common.choices import baseline_runtimes
+from ..common.choices import CONV_LAYOUTS, baseline_runtimes
 from ..provision.cli import add_inventory_argument
 
 DEPLOY_EPILOG = """\
@@ -15,6 +15,7 @@ examples:
       RPC against the host reference, benchmark it with run.py, then switch `current`
   edgetune deploy --board rk3399 --model net.onnx --db history.db
       compile with the history's best schedules for the board's profile, then the same
+      (add --conv-layout NHWC if the history was tuned with tune --conv-layout NHWC)
   edgetune deploy --board rk3399 --rollback tiny-cnn
       point `current` back at the previous version
   edgetune deploy --board rk3399 RUN_DIR --baseline onnxruntime
@@ -44,6 +45,10 @@ def add_deploy_parser(sub: Any) -> None:
     deploy.add_argument("--model", metavar="M", help="instead of RUN_DIR: an ONNX or .pt2 file, or demo:NAME, to compile")
     deploy.add_argument("--profile", metavar="P", help="with --model: must match the board's profile (default: it)")
     deploy.add_argument("--db", metavar="URL", help="with --model: history database whose best schedules are used")
+    deploy.add_argument("--conv-layout", choices=CONV_LAYOUTS, default=None, metavar="LAYOUT",
+                        help="with --model: the convolution layout the history was tuned in, if not the profile's "
+                        "tuning.conv_layout (as `edgetune tune --conv-layout` overrode it); one of "
+                        + ", ".join(CONV_LAYOUTS))
     deploy.add_argument("--rollback", metavar="MODEL", help="switch MODEL's `current` back to its previous version")
     deploy.add_argument("--no-verify", action="store_true", help="skip the RPC check and the benchmark (upload + sha256 only)")
     deploy.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance against the host reference (default 1e-3)")
@@ -68,6 +73,7 @@ def run_deploy(args: argparse.Namespace) -> int:
         return _rollback(load_inventory(args.inventory).get(args.board), args)
     result = deploy(
         args.run_dir, board=args.board, inventory=args.inventory, model=args.model, profile=args.profile, db=args.db,
+        conv_layout=args.conv_layout,
         verify=not args.no_verify, rtol=args.rtol, atol=args.atol, warmup=args.warmup, repeat=args.repeat, out=args.out,
         accept_new_host_key=args.accept_new_host_key, log=lambda m: print(m, flush=True), baseline=args.baseline,
     )

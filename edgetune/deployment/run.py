@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..common.run_dir import RunDir
+from ..common.choices import CONV_LAYOUTS
 from ..errors import DeployInputError
 from ..common.model_objects import DEFAULT_MODEL_NAME, model_arg, save_model
 from .workflow import DeployResult, Tolerance, deploy as deploy_to_board, source_from_model, source_from_run_dir
@@ -24,6 +25,7 @@ def deploy_run(
     model: Any = None,
     profile: str | None = None,
     db: str | os.PathLike[str] | None = None,
+    conv_layout: str | None = None,
     inventory: str | None = None,
     name: str | None = None,
     verify: bool = True,
@@ -63,9 +65,11 @@ def deploy_run(
                 f"the artifact must be built for board {entry.name}'s profile {board_profile}, got one built for {wanted} "
                 f"instead; drop --profile or pass --profile {board_profile}"
             )
-    if model is None and (profile or db):
-        raise DeployInputError("--profile and --db must come with --model, got them with RUN_DIR instead; "
-                               "a tune run already fixes both")
+    if model is None and (profile or db or conv_layout):
+        raise DeployInputError("--profile, --db and --conv-layout must come with --model, got them with RUN_DIR "
+                               "instead; a tune run already fixes them")
+    if conv_layout is not None and conv_layout not in CONV_LAYOUTS:
+        raise DeployInputError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
     with tempfile.TemporaryDirectory(prefix="edgetune-deploy-") as tmp:
         if run_dir is not None:
             source = source_from_run_dir(run_dir)
@@ -75,7 +79,8 @@ def deploy_run(
             spec, obj, suffix = model_arg(model)
             if obj is not None:  # kept beside the manifest, which names it as the model's source
                 spec = str(save_model(obj, local_dir / "models" / f"{name or DEFAULT_MODEL_NAME}{suffix}"))
-            source = source_from_model(spec, profile or entry.profile, None if db is None else os.fspath(db), Path(tmp))
+            source = source_from_model(spec, profile or entry.profile, None if db is None else os.fspath(db), Path(tmp),
+                                       conv_layout=conv_layout)
         return deploy_to_board(
             entry, inventory_data, source, local_dir, verify=verify, tolerance=Tolerance(rtol, atol), warmup=warmup,
             repeat=repeat, accept_new_host_key=accept_new_host_key, log=log or (lambda _message: None),

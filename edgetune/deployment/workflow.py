@@ -107,8 +107,14 @@ def source_from_run_dir(run_dir: Path) -> DeploySource:
     )
 
 
-def source_from_model(model_spec: str, profile_name: str, db: str | None, out_dir: Path) -> DeploySource:
-    """Compile ``model_spec`` for the profile (with the history's best schedules when ``db`` is given)."""
+def source_from_model(
+    model_spec: str, profile_name: str, db: str | None, out_dir: Path, *, conv_layout: str | None = None
+) -> DeploySource:
+    """Compile ``model_spec`` for the profile (with the history's best schedules when ``db`` is given).
+
+    ``conv_layout`` overrides the profile's ``tuning.conv_layout``: the layout the
+    history was tuned in, or its records match no workload of the graph.
+    """
     import tvm
 
     from ..profile import load_profile
@@ -121,7 +127,8 @@ def source_from_model(model_spec: str, profile_name: str, db: str | None, out_di
     # the graph and layout the history's records were tuned in (tuning.graph_optimization, conv_layout),
     # or they would not apply
     model = prepare_graph(
-        load_model(model_spec), profile.tuning.conv_layout, profile.tuning.graph_optimization, profile.tvm_target()
+        load_model(model_spec), conv_layout or profile.tuning.conv_layout, profile.tuning.graph_optimization,
+        profile.tvm_target(),
     )
     target = profile.tvm_target()
     history = None

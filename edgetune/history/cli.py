@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from edgetune.common.choices import DEDUPE_METHODS
+from edgetune.common.choices import DEDUPE_METHODS, TIMINGS
 from edgetune.errors import HistoryError
 
 DB_HELP = "history database: a path, sqlite:///PATH or postgresql://USER@HOST/DBNAME"
@@ -178,25 +178,45 @@ def _add_transfer_commands(action: _Action, db_sub: Any) -> None:
     )
     export_tvm.add_argument("dir", metavar="DIR")
     export_tvm.add_argument("--db", required=True, metavar="URL", help=DB_HELP)
+    export_tvm.add_argument(
+        "--timing",
+        choices=TIMINGS,
+        default=None,
+        help="export only the records timed this way (flushed caches or warm); TVM's format cannot tell them "
+        "apart, so a history holding both needs it (default: the history's only timing)",
+    )
     export_tvm.set_defaults(func=_run_export_tvm)
 
 
 def _run_export_tvm(args: argparse.Namespace) -> int:
     history = _open(args.db, read_only=True)
     try:
+        timing = args.timing
+        if timing is None:
+            held = history.timings()
+            if len(held) > 1:
+                raise HistoryError(
+                    f"history '{history.url}' holds records timed {' and '.join(held)}, which TVM's format cannot tell "
+                    "apart: pick one with --timing"
+                )
+            timing = held[0] if held else None
+        if timing is not None:
+            history.close()
+            history = _open(args.db, read_only=True, timing=timing)
         workload_file, record_file = history.export_json(args.dir)
-        print(f"wrote {workload_file} and {record_file} ({history.count_records()} records)")
+        label = f", timed {timing}" if timing else ""
+        print(f"wrote {workload_file} and {record_file} ({history.count_records()} records{label})")
     finally:
         history.close()
     return 0
 
 
-def _open(location: str, *, read_only: bool = False, create: bool = False):
+def _open(location: str, *, read_only: bool = False, create: bool = False, timing: str | None = None):
     from edgetune.history import open_history
 
     if not create and "://" not in location and not Path(location).expanduser().exists():
         raise HistoryError(f"history database '{location}' not found")
-    return open_history(location, read_only=read_only)
+    return open_history(location, read_only=read_only, timing=timing)
 
 
 def _date(stamp: float) -> str:

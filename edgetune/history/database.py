@@ -601,6 +601,11 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         """
         return TargetView(self, target)
 
+    def timings(self) -> list[str]:
+        """The timings (``flushed``, ``warm``) the history's records were measured with, sorted."""
+        with self._access("list record timings") as engine, engine.connect() as conn:
+            return sorted(conn.execute(sa.select(records.c.timing).distinct()).scalars().all())
+
     def count_records(
         self,
         workload: Workload | IRModule | None = None,
@@ -715,7 +720,9 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         """Write MetaSchedule JSONDatabase files (workloads, records) into ``directory``.
 
         The files are written by TVM's own JSONDatabase, so stock MetaSchedule reads
-        them back exactly. Every workload and every record is exported; existing files
+        them back exactly. Every workload and every record of this handle's timing
+        (all of them without one) is exported; TVM's format has no timing, so a
+        history holding both should be exported one timing at a time. Existing files
         of the same names are replaced.
         """
         directory = Path(directory)
@@ -724,7 +731,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             ids = conn.execute(sa.select(workloads.c.id)).scalars().all()
             entries = self._entries(conn, ids)
             rows = conn.execute(
-                sa.select(*RECORD_COLUMNS).order_by(records.c.id)
+                sa.select(*RECORD_COLUMNS).where(*self._timed()).order_by(records.c.id)
             ).all()
             tuning_records = self._to_records(conn, rows)
         staging = Path(tempfile.mkdtemp(prefix=".edgetune-export-", dir=directory))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from edgetune.common.choices import TIMINGS  # how a record was timed; re-exported beside the schema it constrains
+
 #: Bump when a table or the meaning of a column changes; a history file written
 #: with another version is refused instead of being misread.
 SCHEMA_VERSION = 5
@@ -26,10 +28,6 @@ SCHEMA_VERSION = 5
 # added ``records.timing`` to the key: a candidate timed on flushed caches and the
 # same one timed warm are two measurements on two scales, never compared.
 
-#: How a record was timed: ``flushed`` (CPU caches flushed before every run, as
-#: inside a model) or ``warm`` (back-to-back runs; GPUs, and every record of a
-#: history older than schema version 5).
-TIMINGS = ("flushed", "warm")
 
 metadata = sa.MetaData()
 

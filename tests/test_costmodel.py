@@ -311,7 +311,7 @@ def test_pretraining_never_ranks_a_flushed_time_against_a_warm_one(tmp_path):
     """One workload timed both ways is two training tasks: relative throughput is taken on one scale only."""
     from edgetune.costmodel.training import load_corpus
     from edgetune.history import open_history
-    from test_history import ARM, MOD, _record
+    from test_history import MOD, _record
 
     url = f"sqlite:///{tmp_path / 'both.db'}"
     for timing, secs in (("warm", (1e-4, 2e-4)), ("flushed", (9e-4, 6e-4))):

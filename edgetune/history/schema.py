@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from edgetune.common.choices import TIMINGS  # how a record was timed; re-exported beside the schema it constrains
+from edgetune.common.choices import TIMINGS  # noqa: F401  (how a record was timed; re-exported beside the schema)
 
 #: Bump when a table or the meaning of a column changes; a history file written
 #: with another version is refused instead of being misread.

@@ -284,6 +284,23 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
     assert more.trials.this_run < 6  # the spare trials went nowhere
 
 
+def test_the_last_batch_is_cut_to_the_runs_budget(tmp_path, loopback_board) -> None:
+    """--trials is a limit: MetaSchedule counts whole batches, so 5 tasks x 2 would spend 10 of a search budget of 9."""
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    profile = load_profile("host").with_overrides(
+        rpc={"key": loopback_board.key},
+        tuning={"num_trials_per_iter": 2, "conv_layout": "as-is", "sampler": "none", "early_stop": "none",
+                "schedules": "off", "transfer": "off", "minor_task_share": 0},
+    )
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "run", evaluate=False,
+                                   tracker=f"{loopback_board.host}:{loopback_board.port}", key=loopback_board.key,
+                                   trials=5 + 9))  # 5 default schedules, then 9 for the search
+    assert len(summary.tasks) == 5 and summary.trials.default_schedules == 5
+    assert summary.trials.this_run == 14 and sum(t.trials_this_run for t in summary.tasks) == 14
+
+
 def test_schedules_build_tunes_without_early_stop_or_a_library(tmp_path, monkeypatch) -> None:
     """The adaptive early stop saves a user's trials; a library build must spend its budget on every workload."""
     from edgetune.profile import load_profile

@@ -199,11 +199,27 @@ class TaskLimits:
     library schedules are measured; the search only reads it. A task worth
     little of the model's latency gets a cap, so it does not take slots from
     the heavy ones; a cap counts the candidates measured before the search too.
+    The run's search budget is shared by every task: a last batch is cut to
+    what is left, so ``--trials`` is a limit that no batch overshoots
+    (MetaSchedule's loop counts whole batches). The search takes from it.
     """
 
     def __init__(self) -> None:
         self._caps: dict[str, int] = {}
         self._before: dict[str, int] = {}
+        self._search_left: int | None = None  # None: no run-wide limit
+
+    def set_search_budget(self, trials: int) -> None:
+        """The candidates the search of all tasks together may measure this run."""
+        self._search_left = max(0, int(trials))
+
+    def take(self, wanted: int) -> int:
+        """Grant up to ``wanted`` candidates of the run's search budget (all of them without one)."""
+        if self._search_left is None:
+            return wanted
+        granted = min(wanted, self._search_left)
+        self._search_left -= granted
+        return granted
 
     def set_cap(self, task: str, trials: int) -> None:
         """At most ``trials`` measured by the search (and before it) this run; the lowest cap set wins."""
@@ -441,6 +457,9 @@ class AdaptiveSearch(PySearchStrategy):
         batch = self.transfer.mix(self.context, batch, task)
         if self.cap is not None:
             batch = batch[: max(0, self.cap - task.measured - outside)]
+        batch = batch[: self.limits.take(len(batch))]
+        if not batch and pool:  # the run's search budget is spent: this task is done
+            return None
         task.measured += len(batch)
         return batch
 

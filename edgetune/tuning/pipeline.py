@@ -543,6 +543,7 @@ class TuningPipeline:
                 self.measure_library_schedules(plan, session, recorder)
                 if plan.search_budget <= 0:
                     return outcome
+                plan.limits.set_search_budget(plan.search_budget)
                 outcome.scheduler = self.make_task_scheduler(session.awaits)
                 ms.tune_tasks(
                     tasks=session.contexts,

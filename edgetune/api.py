@@ -267,9 +267,10 @@ def deploy(
     or a run directory; or, instead of ``run``, ``model`` (anything :func:`tune`
     accepts) is compiled for the board's profile with the best schedules of the
     history ``db``, its convolutions in ``conv_layout`` (default: the
-    profile's ``tuning.conv_layout``; give the one the history was tuned in). ``board`` names a board of the inventory. With ``verify``
-    (the default) the board's outputs are checked against a host reference
-    within ``rtol``/``atol`` and the model benchmarked there. ``log`` receives
+    profile's ``tuning.conv_layout``; give the one the history was tuned in).
+    ``board`` names a board of the inventory. With ``verify`` (the default)
+    the board's outputs are checked against a host reference within
+    ``rtol``/``atol`` and the model benchmarked there. ``log`` receives
     the progress lines the CLI prints. The local copy of the manifest goes to
     ``out`` (default: ``RUN_DIR/deployments``, or ``edgetune-out/deployments``).
     ``baseline`` (``"onnxruntime,litert"`` or a list) times those runtimes on
@@ -279,9 +280,8 @@ def deploy(
 
     return deploy_run(
         run, board=board, model=model, profile=profile, db=db, conv_layout=conv_layout, inventory=inventory, name=name,
-        verify=verify, rtol=rtol,
-        atol=atol, warmup=warmup, repeat=repeat, out=out, accept_new_host_key=accept_new_host_key, log=log,
-        baseline=baseline,
+        verify=verify, rtol=rtol, atol=atol, warmup=warmup, repeat=repeat, out=out,
+        accept_new_host_key=accept_new_host_key, log=log, baseline=baseline,
     )
 
 

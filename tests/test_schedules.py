@@ -284,6 +284,35 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
     assert more.trials.this_run < 6  # the spare trials went nowhere
 
 
+def test_a_build_budget_counts_measured_trials_so_resuming_adds_none(tmp_path, loopback_board) -> None:
+    """K-means measures some of each batch the search proposes: the budget is the measured trials, so a finished
+    build holds the budget per workload and a rerun measures nothing (it used to deepen every task it resumed)."""
+    from edgetune.profile import load_profile
+    from edgetune.tuning.zoo import build_library
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key},
+                                                  tuning={"num_trials_per_iter": 8, "conv_layout": "as-is"})
+    db = f"sqlite:///{tmp_path / 'zoo.db'}"
+    tracker = f"{loopback_board.host}:{loopback_board.port}"
+    runs = tmp_path / "runs"
+    built, _ = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=5, work_dir=runs, tracker=tracker,
+                             key=loopback_board.key, say=lambda _m: None)
+    summary = json.loads((runs / "tiny-cnn" / "summary.json").read_text())
+    search = summary["measurement_reduction"]
+    assert search["proposed"] > search["measured"]  # sampling left candidates unmeasured: the case this test is about
+    convolutions = [task for task in summary["tasks"] if "conv2d" in task["name"]]
+    assert len(convolutions) == 2
+    for task in convolutions:  # the budget, measured (not 5 proposed and fewer measured)
+        assert task["trials_this_run"] == 5, task
+    for task in summary["tasks"]:  # (a reshape has fewer distinct schedules than that)
+        assert task["trials_this_run"] <= 5, task
+    again, _ = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=5, work_dir=runs, tracker=tracker,
+                             key=loopback_board.key, say=lambda _m: None)
+    assert again[0].in_history_before == built[0].trials_this_run
+    # nothing measured on the board (the reshape's two schedules are proposed again, and served from the history)
+    assert json.loads((runs / "tiny-cnn" / "summary.json").read_text())["trials"]["measured_on_device"] == 0
+
+
 def test_the_last_batch_is_cut_to_the_runs_budget(tmp_path, loopback_board) -> None:
     """--trials is a limit: MetaSchedule counts whole batches, so 5 tasks x 2 would spend 10 of a search budget of 9."""
     from edgetune.profile import load_profile
@@ -317,7 +346,7 @@ def test_schedules_build_tunes_without_early_stop_or_a_library(tmp_path, monkeyp
     zoo.build_library(["demo:tiny-cnn"], load_profile("host"), f"sqlite:///{tmp_path / 'h.db'}", budget_per_workload=5,
                       work_dir=tmp_path, say=lambda _m: None)
     tuning = seen[0].profile.tuning
-    assert (tuning.early_stop, tuning.schedules, tuning.max_trials_per_task) == ("none", "off", 5)
+    assert (tuning.early_stop, tuning.schedules, tuning.max_trials_per_task, tuning.minor_task_share) == ("none", "off", 5, 0)
     assert seen[0].evaluate is False
 
 

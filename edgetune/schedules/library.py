@@ -143,11 +143,13 @@ class ScheduleLibrary:
             f"{self.path or 'library'}: {LIBRARY_FORMAT} version {h.get('version')}, "
             f"made by edgetune {h.get('edgetune_version')} with TVM {h.get('tvm_version')} on {h.get('created_at')}",
             f"family: {family.get('name')} ({family.get('arch')}; features {', '.join(family.get('features', [])) or 'none'}; "
-            f"measured on mcpu {family.get('mcpu') or '?'}, {h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
+            f"code for mcpu {family.get('mcpu') or '?'}, measured on {h.get('measured_on') or 'that CPU'}, "
+            f"{h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
             f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload, "
             f"timed {self.timing})",
-            f"budget: {h.get('budget_per_workload') or '?'} trials per workload, the candidates the search proposed "
-            f"(measured, after sampling: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
+            f"budget: {h.get('budget_per_workload') or '?'} trials per workload, "
+            + ("measured" if h.get("budget_counts") == "measured" else "the candidates the search proposed")
+            + f" (records per workload: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
             "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
         ]
         if h.get("zoo"):
@@ -203,6 +205,7 @@ def export_library(
     budget_per_workload: int | None = None,
     zoo: Iterable[str] = (),
     min_records: int = 1,
+    measured_on: str | None = None,
 ) -> ScheduleLibrary:
     """The ``top_k`` fastest distinct successful traces of each workload measured on ``target`` in ``history``.
 
@@ -210,6 +213,9 @@ def export_library(
     ``timing=timing_of(profile)``); the library says which timing it holds.
     Default (untuned) schedules are left out: every tune measures its own.
     ``min_records``: leave out workloads with fewer records than that (not yet tuned).
+    ``measured_on``: the CPU the boards have, when the target's ``mcpu`` does not say it (a
+    ``host-avx2`` build measures AVX2 code on an AVX-512 host).
+    ``budget_per_workload`` counts measured trials (``tuning.max_trials_per_task``).
     """
     import tvm
     import tvm_ffi
@@ -272,6 +278,10 @@ def export_library(
         "top_k": top_k,
         "timing": getattr(history, "timing", None) or "warm",
         "budget_per_workload": budget_per_workload,
+        # libraries made before edgetune counted the budget in measured trials have no such key: theirs was the
+        # candidates the search proposed, of which K-means sampling measured some
+        "budget_counts": "measured",
+        "measured_on": measured_on,
         "zoo": list(zoo),
         "source": getattr(history, "url", ""),
     }

@@ -48,7 +48,7 @@ from ..profile import DeviceProfile
 from ..provision.board import BoardChoice, choose_board, resolve_board
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
 from ..search.scheduler import SLOT_SCHEDULERS
-from ..search.strategy import SearchReport, TaskLimits
+from ..search.strategy import AdaptiveSearch, SearchReport, TaskLimits
 from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
@@ -131,6 +131,8 @@ class TaskPlan:
     inventory: KernelInventory | None = None  # the prepared graph's kernels by class (None: tasks passed in)
     #: per task, a cap on measured candidates (minor tasks) and how many were measured before the search
     limits: TaskLimits = field(default_factory=TaskLimits)
+    #: whether the search reads :attr:`limits` (edgetune's adaptive search; stock MetaSchedule's does not)
+    caps_enforced: bool = False
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
     library_candidates: dict[int, list[Any]] = field(default_factory=dict)  # task index -> the library's schedules
 
@@ -280,14 +282,27 @@ class TuningPipeline:
         plan = TaskPlan(extracted, previous, self.trials, remaining, per_iter, inventory)
         per_task = self.profile.tuning.max_trials_per_task
         if per_task:
-            # a per-task budget counts what the history holds: a resumed run (a schedule library's
-            # build) gives a task only what its budget has left, not the whole budget again
+            # a per-task budget counts measured trials, what the history holds: a resumed run (a schedule
+            # library's build) gives a task only what its budget has left, not the whole budget again. The
+            # search's own per-task limit counts proposed candidates, of which K-means sampling measures
+            # some, so it is not the budget (a resumed build used to deepen every task it resumed)
             for task, held in zip(extracted, previous):
-                if held:
-                    plan.limits.set_cap(task.task_name, max(0, per_task - held))
+                plan.limits.set_cap(task.task_name, max(0, per_task - held))
         return plan
 
     # -- search -----------------------------------------------------------------
+    def per_task_proposals(self, plan: TaskPlan) -> int:
+        """MetaSchedule's per-task limit: proposed candidates, not measured ones.
+
+        With edgetune's search, ``tuning.max_trials_per_task`` is a cap on measured trials
+        (:meth:`plan_tasks`), so the proposals are bounded only by the run; stock
+        MetaSchedule's search measures what it proposes and takes the budget itself.
+        """
+        per_task = self.profile.tuning.max_trials_per_task
+        if per_task and not plan.caps_enforced:
+            return per_task
+        return plan.remaining
+
     def make_cost_model(self) -> Any:
         if self.components.cost_model is not None:
             return self.components.cost_model
@@ -464,6 +479,7 @@ class TuningPipeline:
         report = SearchReport()
         suggested, per_type = self.read_suggested(history, target, plan)
         strategy = self.make_search_strategy(plan, cost_model, report, per_type, self.make_seed_provider(history, target, library))
+        plan.caps_enforced = isinstance(strategy, AdaptiveSearch)
         contexts, weights = self.make_contexts(plan, strategy)
         progress = _progress_of(plan, contexts, weights, history, target)
         self._progress = progress
@@ -550,7 +566,7 @@ class TuningPipeline:
                     task_weights=session.weights,
                     work_dir=str(RunDir(session.out_dir).build_logs),
                     max_trials_global=plan.search_budget,
-                    max_trials_per_task=self.profile.tuning.max_trials_per_task or plan.remaining,
+                    max_trials_per_task=self.per_task_proposals(plan),
                     num_trials_per_iter=plan.per_iter,
                     builder=session.builder,
                     runner=runner,

@@ -6,7 +6,7 @@ tuning); building one drives :func:`run_tune`, so it lives here, above both.
 Many hours of tuning on a 2-core host, so it is resumable: the history is
 the working store. Every model is tuned by :func:`edgetune.tuning.run_tune`
 (what ``edgetune tune`` runs) with ``--no-evaluate``, each task given the
-budget per workload (``tuning.max_trials_per_task``, no early stop), and a
+budget per workload in measured trials (``tuning.max_trials_per_task``, no early stop), and a
 workload shared by several models is tuned once. Interrupted (Ctrl-C, a closed session), the
 same command resumes where the history stops; models whose tasks all have
 their budget are skipped at once.
@@ -57,9 +57,11 @@ def build_library(
     if not zoo:
         raise OptionError("the zoo must name at least one model, got none instead")
     # tuned from scratch, each task given the whole budget: the library must not depend on a library, and
-    # the adaptive early stop (which saves a user's trials) would leave most workloads far below the budget
+    # the adaptive early stop (which saves a user's trials) would leave most workloads far below the budget;
+    # nor is a task minor (tuning.minor_task_share): a reshape minor in one model can be a model's slowest
     profile = profile.with_overrides(
-        tuning={"max_trials_per_task": budget_per_workload, "schedules": "off", "early_stop": "none"}
+        tuning={"max_trials_per_task": budget_per_workload, "schedules": "off", "early_stop": "none",
+                "minor_task_share": 0}
     )
     built = []
     for number, spec in enumerate(zoo, start=1):
@@ -85,12 +87,22 @@ def build_library(
 
         history = open_history(db, read_only=True, timing=timing_of(profile))
         try:
-            library = export_library(history, out, profile.tvm_target(), top_k=top_k,
-                                     budget_per_workload=budget_per_workload, zoo=zoo)
+            target = profile.tvm_target()
+            library = export_library(history, out, target, top_k=top_k, budget_per_workload=budget_per_workload,
+                                     zoo=zoo, measured_on=_measured_on(target, tracker))
         finally:
             history.close()
         say(f"wrote {out}: {len(library.workloads)} workloads")
     return built, library
+
+
+def _measured_on(target: Any, tracker: str | None) -> str | None:
+    """This host's CPU when the build measured on the loopback board (whatever mcpu the code was made for)."""
+    if tracker is not None or str(target.kind.name) != "llvm":
+        return None  # the boards of a farm: their names are in every schedule
+    from ..profile.host import host_cpu
+
+    return f"{host_cpu().name} (this host, the loopback board)"
 
 
 def _safe(spec: str) -> str:

@@ -265,6 +265,9 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
                                    out=tmp_path / "zoo.schedules.gz", tracker=tracker, key=loopback_board.key, say=lambda _m: None)
     assert built[0].trials_this_run == 3 * built[0].tasks  # the budget, spent: no task ended early
     assert library is not None and library.header["budget_per_workload"] == 3
+    assert (library.header["budget_counts"], library.header["conv_layout"]) == ("measured", "NCHW (as imported)")
+    described = "\n".join(library.describe())
+    assert "3 trials per workload, measured" in described and "(convolutions in NCHW (as imported))" in described
     assert {w.shash for w in library.workloads if w.schedules} and len(library.workloads) == built[0].tasks
     again, _ = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=3, work_dir=tmp_path / "runs",
                              tracker=tracker, key=loopback_board.key, say=lambda _m: None)

@@ -153,7 +153,8 @@ class ScheduleLibrary:
             "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
         ]
         if h.get("zoo"):
-            lines.append("zoo: " + ", ".join(h["zoo"]))
+            layout = f" (convolutions in {h['conv_layout']})" if h.get("conv_layout") else ""
+            lines.append("zoo: " + ", ".join(h["zoo"]) + layout)
         if h.get("source"):
             lines.append(f"exported from: {h['source']}")
         return lines
@@ -206,6 +207,7 @@ def export_library(
     zoo: Iterable[str] = (),
     min_records: int = 1,
     measured_on: str | None = None,
+    conv_layout: str | None = None,
 ) -> ScheduleLibrary:
     """The ``top_k`` fastest distinct successful traces of each workload measured on ``target`` in ``history``.
 
@@ -216,6 +218,8 @@ def export_library(
     ``measured_on``: the CPU the boards have, when the target's ``mcpu`` does not say it (a
     ``host-avx2`` build measures AVX2 code on an AVX-512 host).
     ``budget_per_workload`` counts measured trials (``tuning.max_trials_per_task``).
+    ``conv_layout``: the layout the zoo's convolutions were tuned in (``NCHW16c``...): a tune in another
+    layout finds few of the library's workloads.
     """
     import tvm
     import tvm_ffi
@@ -282,6 +286,7 @@ def export_library(
         # candidates the search proposed, of which K-means sampling measured some
         "budget_counts": "measured",
         "measured_on": measured_on,
+        "conv_layout": conv_layout,
         "zoo": list(zoo),
         "source": getattr(history, "url", ""),
     }

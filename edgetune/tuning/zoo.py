@@ -89,11 +89,22 @@ def build_library(
         try:
             target = profile.tvm_target()
             library = export_library(history, out, target, top_k=top_k, budget_per_workload=budget_per_workload,
-                                     zoo=zoo, measured_on=_measured_on(target, tracker))
+                                     zoo=zoo, measured_on=_measured_on(target, tracker),
+                                     conv_layout=_layout_of(profile.tuning.conv_layout, target))
         finally:
             history.close()
         say(f"wrote {out}: {len(library.workloads)} workloads")
     return built, library
+
+
+def _layout_of(conv_layout: str, target: Any) -> str:
+    """The layout the zoo's convolutions were tuned in, as a tune would name it (``NCHWc`` with its block)."""
+    from ..tasks.graph import block_of, resolve_conv_layout
+
+    layout = resolve_conv_layout(conv_layout, target)
+    if layout.startswith("NCHW") and layout.endswith("c"):
+        return f"NCHW{block_of(layout, target)}c"
+    return "NCHW (as imported)" if layout == "as-is" else layout
 
 
 def _measured_on(target: Any, tracker: str | None) -> str | None:

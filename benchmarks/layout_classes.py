@@ -163,14 +163,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="trials per task to compare at; 0: every trial each run gave the task (a product run's "
                         "adaptive early stop and sampling give tasks unequal counts under the same budget)")
     parser.add_argument("--write-results", action="store_true", help="replace this section of benchmarks/RESULTS.md")
+    parser.add_argument("--section", default=MARK, help=f"the RESULTS.md section to replace (default {MARK})")
     args = parser.parse_args(argv)
     pairs = [(m, Path(a), Path(b)) for m, a, b in args.pair]
     table = report(pairs, args.db, args.points)
     command = "python benchmarks/layout_classes.py" + (f" --db {args.db}" if args.db else "") + "".join(
         f" --pair {m} {a} {b}" for m, a, b in args.pair) + " --points " + " ".join(map(str, args.points))
+    if args.section != MARK:
+        command += f" --section {args.section}"
+    target = json.loads((pairs[0][1] / "summary.json").read_text()).get("target", "?")
     text = (
         "## Convolution layouts per class at equal trials: NCHW vs NCHWc (issue 26)\n\n"
-        f"Reproduce: `{command}` (reads the histories of the two runs; times nothing).\n\n"
+        f"Reproduce: `{command}` (reads the histories of the two runs; times nothing). Target: `{target}`.\n\n"
         "Each task's best latency among its first k measured trials (all: every trial its run gave it), as the "
         "product's `run_tune` measured them in each layout at the same budget per task, weighted by how often the "
         "model runs the task and summed per class of convolution. A point where some task of a class has fewer "
@@ -183,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path(__file__).parent))
         from _results import write_section
 
-        write_section(text, MARK)
+        write_section(text, args.section)
     return 0
 
 

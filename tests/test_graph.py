@@ -132,7 +132,8 @@ def test_only_topi_maximum_and_minimum_with_a_scalar_become_clip_ops() -> None:
 
 @pytest.mark.parametrize("target, layout", [
     ({"kind": "llvm", "mcpu": "skylake-avx512"}, "NCHWc"),
-    ({"kind": "llvm", "mcpu": "haswell"}, "as-is"),
+    ({"kind": "llvm", "mcpu": "haswell"}, "NCHWc"),
+    ({"kind": "llvm", "mcpu": "znver3"}, "NCHWc"),  # AVX2 by its features, whatever the name
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, "as-is"),
     (None, "as-is"),
 ])

@@ -60,9 +60,11 @@ from ..common.choices import CONV_LAYOUTS, GRAPH_OPTIMIZATIONS
 from ..common.cpu_family import family_of
 
 #: ``tuning.conv_layout = "auto"`` per CPU family: the layout measured better at equal trials per task
-#: (benchmarks/RESULTS.md, ``layout_classes``: blocked was faster in every class of convolution but stride-1 3x3,
-#: a tie, on MobileNetV2 and ResNet-18); a family not measured keeps the layout as imported
-CONV_LAYOUT_BY_FAMILY: dict[str, str] = {"x86-64-avx512": "NCHWc"}
+#: (benchmarks/RESULTS.md, ``layout_classes``: on AVX-512 blocked was faster in every class of convolution but
+#: stride-1 3x3, a tie, on MobileNetV2 and ResNet-18; ``layout_classes_avx2``: on AVX2 the two models' kernels
+#: at 12 trials per task were 0.70x blocked, ResNet-18 0.64x, MobileNetV2 1.09x, its depthwise ones slower
+#: blocked); a family not measured (aarch64: only a board can time it) keeps the layout as imported
+CONV_LAYOUT_BY_FAMILY: dict[str, str] = {"x86-64-avx512": "NCHWc", "x86-64-avx2": "NCHWc"}
 
 
 def resolve_conv_layout(layout: str, target: Any) -> str:

@@ -376,3 +376,23 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
     assert len(heavy) >= 12
     missing = [t.task_name for t in heavy if library.find(t.dispatched[0]) is None]
     assert not missing, missing
+
+
+def test_the_avx2_library_is_used_by_an_avx2_target_and_covers_its_zoo() -> None:
+    """An AVX2 CPU (here Zen 3 by name; the family is read from its features) gets the shipped x86-64-avx2 library,
+    whose workloads are those of the graph a tune prepares for it by default (NCHW8c)."""
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.graph import prepare_graph
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    choice = choose_library("auto", target)
+    assert choice.library is not None and choice.library.family == "x86-64-avx2", choice.message
+    library = choice.library
+    assert library.header["conv_layout"] == "NCHW8c" and library.header["budget_counts"] == "measured"
+    assert "demo:resnet18@224" in library.header["zoo"]
+    prepared = prepare_graph(load_model("demo:resnet18@224"), "auto", "full", target)
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    heavy = [t for t in tasks if "conv2d_NCHWc" in t.task_name or "pool" in t.task_name]
+    assert len(heavy) >= 12
+    missing = [t.task_name for t in heavy if library.find(t.dispatched[0]) is None]
+    assert not missing, missing

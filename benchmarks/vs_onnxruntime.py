@@ -86,7 +86,8 @@ def run_model(
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
 
     tflite = name.endswith(".tflite")  # a model file as a TensorFlow user has it: LiteRT is its baseline
-    spec = name if tflite else f"demo:{name}" + (f"@{args.res}" if args.res and name != "transformer" else "")
+    sized = "@" in name or name == "transformer"  # an explicit size; --res is the CNNs' resolution
+    spec = name if tflite else f"demo:{name}" + (f"@{args.res}" if args.res and not sized else "")
     profile = load_profile(args.profile)
     overrides = {"seed": seed, **({"cost_model": args.cost_model} if args.cost_model else {})}
     if graph is not None:
@@ -245,9 +246,12 @@ def _baseline_cell(row: dict[str, Any]) -> str:
 
 def _model_name(value: str) -> str:
     """A demo's name, or a .tflite file (tuned from the file, timed against LiteRT)."""
-    if value in MODELS or value.endswith(".tflite"):
+    name, _, size = value.partition("@")
+    if (name in MODELS and (not size or size.isdigit())) or value.endswith(".tflite"):
         return value
-    raise argparse.ArgumentTypeError(f"must be one of {', '.join(MODELS)} or a .tflite file, got {value!r} instead")
+    raise argparse.ArgumentTypeError(
+        f"must be one of {', '.join(MODELS)} (NAME@SIZE for a resolution or a transformer's tokens) or a .tflite file, "
+        f"got {value!r} instead")
 
 
 def _graph_cell(row: dict[str, Any]) -> str:
@@ -264,7 +268,7 @@ def _library_cell(row: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), type=_model_name,
-                        help="demos, or .tflite files (benchmarks/make_tflite.py) timed against LiteRT instead of ONNX Runtime")
+                        help="demos (NAME@SIZE: a CNN's resolution or a transformer's tokens), or .tflite files (benchmarks/make_tflite.py) timed against LiteRT instead of ONNX Runtime")
     parser.add_argument("--per-task", type=int, nargs="+", default=[8, 16, 32], help="measured trials per task, ascending")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--res", type=int, default=None, help="input resolution of the CNNs (default: each demo's 224)")

@@ -73,7 +73,15 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
         assert workload.schedules[0].board.startswith(SESSION_KEY)  # the key and the server that measured it
     text = "\n".join(library.describe())
     assert f"family: {library.family}" in text and "zoo: demo:tiny-cnn" in text and "budget: 4 trials per workload" in text
-    assert "timed flushed" in text
+    assert "timed flushed" in text and "trials per workload, measured" in text
+    # exported without --budget: the file says nothing of a budget rather than claim a measured one
+    source = open_history(str(source_db), read_only=True, timing="flushed")
+    try:
+        unstated = export_library(source, tmp_path / "unstated.schedules.gz", target, top_k=1)
+    finally:
+        source.close()
+    assert unstated.header["budget_per_workload"] is None and unstated.header["budget_counts"] is None
+    assert "budget: not recorded" in "\n".join(load_library(unstated.path).describe())
 
     result = run_cli("schedules", "info", str(path))
     assert result.returncode == 0, result.stderr[-2000:]

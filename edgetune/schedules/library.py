@@ -147,8 +147,9 @@ class ScheduleLibrary:
             f"{h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
             f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload, "
             f"timed {self.timing})",
-            f"budget: {h.get('budget_per_workload') or '?'} trials per workload, "
-            + ("measured" if h.get("budget_counts") == "measured" else "the candidates the search proposed")
+            (f"budget: {h['budget_per_workload']} trials per workload, "
+             + ("measured" if h.get("budget_counts") == "measured" else "the candidates the search proposed")
+             if h.get("budget_per_workload") else "budget: not recorded")
             + f" (records per workload: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
             "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
         ]
@@ -284,7 +285,7 @@ def export_library(
         "budget_per_workload": budget_per_workload,
         # libraries made before edgetune counted the budget in measured trials have no such key: theirs was the
         # candidates the search proposed, of which K-means sampling measured some
-        "budget_counts": "measured",
+        "budget_counts": "measured" if budget_per_workload else None,  # no budget stated: nothing to count
         "measured_on": measured_on,
         "conv_layout": conv_layout,
         "zoo": list(zoo),

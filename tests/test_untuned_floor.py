@@ -9,7 +9,7 @@ import pytest
 import tvm
 import tvm.s_tir.meta_schedule as ms
 
-from edgetune.search.default_schedule import default_schedule, is_default_trace
+from edgetune.search.default_schedule import default_schedule, is_default_trace, is_untuned_copy
 from edgetune.tasks import load_model, prepare_for_tuning
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -38,7 +38,43 @@ def test_a_real_schedule_is_not_a_default_trace() -> None:
     block = sch.get_child_blocks(sch.get_sblock("root"))[0]
     sch.get_loops(block)
     sch.parallel(sch.get_loops(block)[0])
-    assert not is_default_trace(sch.trace)
+    assert not is_default_trace(sch.trace) and not is_untuned_copy(sch.trace)
+
+
+def test_the_untuned_code_with_postprocessing_is_an_untuned_copy() -> None:
+    """The search's database hands back the measured default with postprocessing re-applied: still untuned code."""
+    mod = workloads()[0]
+    sch = default_schedule(mod)
+    sch.enter_postproc()
+    block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+    sch.get_loops(block)
+    assert is_untuned_copy(sch.trace) and not is_default_trace(sch.trace)
+    assert is_untuned_copy(default_schedule(mod).trace)
+
+
+@pytest.mark.integration
+def test_the_search_never_measures_the_untuned_code_again(tmp_path: Path, loopback_board) -> None:
+    """Each task's default is measured once, before the search; no search candidate is that code again."""
+    import json
+    import sqlite3
+
+    from edgetune.board.base import TrackerBoard
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"schedules": "off"})
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=24, evaluate=False,
+                                   board=TrackerBoard(loopback_board)))
+    assert summary.trials.default_schedules == len(summary.tasks)
+    with sqlite3.connect(tmp_path / "history.db") as conn:
+        traces = [json.loads(row[0]) for row in conn.execute("SELECT trace_json FROM records")]
+    kinds = [[inst[0] for inst in insts] for insts, _decisions in traces]
+    lookups = {"GetSBlock", "GetChildBlocks"}
+    defaults = [k for k in kinds if set(k) <= lookups]
+    copies = [k for k in kinds if "EnterPostproc" in k and set(k[: k.index("EnterPostproc")]) <= lookups]
+    searched = len(kinds) - len(defaults)
+    assert len(defaults) == len(summary.tasks) and searched > len(summary.tasks)  # the search ran
+    assert copies == [], copies  # the search used to measure such a copy in most searched tasks
 
 
 @pytest.mark.integration

@@ -26,3 +26,18 @@ def is_default_trace(trace: Any) -> bool:
     """True for the traces :func:`default_schedule` makes (the untuned code)."""
     kinds = [str(inst.kind.name) for inst in trace.insts]
     return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)
+
+
+def is_untuned_copy(trace: Any) -> bool:
+    """True for a search candidate that is the untuned code again: a default trace, then only postprocessing.
+
+    The search's first population draws the measured default record from the
+    database and re-applies the postprocessors (``DecomposeReduction``...): a
+    different module, so MetaSchedule does not count it as measured, that runs
+    like the untuned code it was made from.
+    """
+    kinds = [str(inst.kind.name) for inst in trace.insts]
+    if "EnterPostproc" in kinds:
+        kinds = kinds[: kinds.index("EnterPostproc")]
+    return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)
+

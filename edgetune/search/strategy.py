@@ -52,6 +52,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchSt
 
 from ..common.choices import SAMPLERS
 from ..common.failure import is_valid_secs
+from .default_schedule import is_untuned_copy
 from .early_stop import AdaptiveEarlyStop, EarlyStop, make_early_stop
 from .sampling import KMeansSampler
 from ..costmodel.surrogate import CandidateFeatures, mean_std_or_none
@@ -447,7 +448,11 @@ class AdaptiveSearch(PySearchStrategy):
         pool = self.inner.generate_measure_candidates()
         if pool is None:
             return None
-        batch = list(pool)
+        # the untuned code comes back from the database with postprocessing re-applied: it was measured
+        # before the search (tuning.default_schedule), so a fresh sample takes its slot
+        batch = [c for c in pool if not is_untuned_copy(c.sch.trace)]
+        if len(batch) < len(pool):
+            batch += self.random_candidates(len(pool) - len(batch))
         if self.exploration is not None:
             batch = self.exploration.mix(self.context, batch, self.random_candidates(max(16, self.plan)), task)
         task.proposed += len(batch)

@@ -259,7 +259,8 @@ def test_library_records_transfer_to_another_shape_or_are_skipped(library_file) 
 
 
 def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, loopback_board) -> None:
-    """`schedules build`: each task of the zoo gets the whole budget (no early stop), a second run measures nothing."""
+    """`schedules build`: each task of the zoo gets the whole budget (no early stop); a second run tops up only what
+    the first left short."""
     from edgetune.profile import load_profile
     from edgetune.tuning.zoo import build_library
 
@@ -271,7 +272,13 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
     tracker = f"{loopback_board.host}:{loopback_board.port}"
     built, library = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=3, work_dir=tmp_path / "runs",
                                    out=tmp_path / "zoo.schedules.gz", tracker=tracker, key=loopback_board.key, say=lambda _m: None)
-    assert built[0].trials_this_run == 3 * built[0].tasks  # the budget, spent: no task ended early
+    summary = json.loads((tmp_path / "runs" / "tiny-cnn" / "summary.json").read_text())
+    trials = {task["name"]: task["trials_this_run"] for task in summary["tasks"]}
+    assert sum(trials.values()) == built[0].trials_this_run and len(trials) == built[0].tasks
+    # the budget, spent: no task ended early (a reshape has fewer distinct programs than 3, and the search
+    # measures none twice, nor the untuned code again)
+    assert all(trials[name] == 3 for name in trials if "conv2d" in name or "matmul" in name or "mean" in name), trials
+    assert all(1 <= count <= 3 for count in trials.values()), trials
     assert library is not None and library.header["budget_per_workload"] == 3
     assert (library.header["budget_counts"], library.header["conv_layout"]) == ("measured", "NCHW (as imported)")
     described = "\n".join(library.describe())
@@ -279,7 +286,9 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
     assert {w.shash for w in library.workloads if w.schedules} and len(library.workloads) == built[0].tasks
     again, _ = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=3, work_dir=tmp_path / "runs",
                              tracker=tracker, key=loopback_board.key, say=lambda _m: None)
-    assert again[0].trials_this_run == 0 and again[0].in_history_before == 3 * built[0].tasks
+    # a rerun gives a task left short (the reshape) another try, and no task more than its budget
+    assert again[0].in_history_before == built[0].trials_this_run
+    assert again[0].trials_this_run <= sum(3 - count for count in trials.values())
     # a per-task budget counts what the history holds: a resumed run with trials to spare gives no task more
     # (a build's tasks that ended early used to hand their share to the full ones on every rerun)
     from edgetune.tuning import TuneOptions, run_tune

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import tvm
 import tvm.s_tir.meta_schedule as ms
+import tvm_ffi
 
 from edgetune.search.default_schedule import default_schedule, is_default_trace, is_untuned_copy
 from edgetune.tasks import load_model, prepare_for_tuning
@@ -50,6 +51,32 @@ def test_the_untuned_code_with_postprocessing_is_an_untuned_copy() -> None:
     sch.get_loops(block)
     assert is_untuned_copy(sch.trace) and not is_default_trace(sch.trace)
     assert is_untuned_copy(default_schedule(mod).trace)
+
+
+def test_the_search_drops_the_untuned_code_and_programs_it_measured_or_holds_twice() -> None:
+    """A board trial for a program measured before, or twice in one batch, teaches nothing."""
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    from edgetune.search.strategy import AdaptiveSearch
+
+    mod = workloads()[0]
+
+    def candidate(loop: int | None) -> MeasureCandidate:
+        sch = default_schedule(mod)
+        if loop is not None:
+            block = sch.get_child_blocks(sch.get_sblock("root"))[0]
+            sch.parallel(sch.get_loops(block)[loop])
+        return MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+
+    copy = default_schedule(mod)
+    copy.enter_postproc()
+    untuned = MeasureCandidate(copy, ms.arg_info.ArgInfo.from_entry_func(copy.mod, remove_preproc=True))
+    outer, outer_again, inner = candidate(0), candidate(0), candidate(1)
+    search = AdaptiveSearch()
+    assert search._unmeasured([untuned, outer, outer_again, inner]) == [outer, inner]
+    search._measured.add(tvm_ffi.structural_hash(outer.sch.mod))  # as notify_runner_results records it
+    assert search._unmeasured([outer_again, inner]) == [inner]
+    assert search._unmeasured([outer_again, inner], taken=[inner]) == []
 
 
 @pytest.mark.integration

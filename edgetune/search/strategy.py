@@ -47,6 +47,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
+from tvm_ffi import structural_hash
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
@@ -355,6 +356,7 @@ class AdaptiveSearch(PySearchStrategy):
         self.cap: int | None = None  # hard cap on measured candidates (suggested, fixed/no early stop)
         self.applied: dict[str, Any] | None = None  # what ``suggested`` gave this task
         self.transfer = TransferredSeeds(seeds)
+        self._measured: set[int] = set()  # structural hashes of the programs this task measured
 
     @property
     def contextual(self) -> bool:
@@ -408,6 +410,7 @@ class AdaptiveSearch(PySearchStrategy):
         self.plan = int(num_trials_per_iter)
         self.budget = int(max_trials)
         self.design_spaces = list(design_spaces)
+        self._measured = set()
         # the inner search never ends a task by itself: this strategy does
         self.inner.pre_tuning(1 << 30, num_trials_per_iter, design_spaces, database, cost_model)
         expected = self.expected_trials_per_task or int(max_trials)
@@ -450,9 +453,11 @@ class AdaptiveSearch(PySearchStrategy):
             return None
         # the untuned code comes back from the database with postprocessing re-applied: it was measured
         # before the search (tuning.default_schedule), so a fresh sample takes its slot
-        batch = [c for c in pool if not is_untuned_copy(c.sch.trace)]
+        batch = self._unmeasured(pool)
         if len(batch) < len(pool):
-            batch += self.random_candidates(len(pool) - len(batch))
+            missing = len(pool) - len(batch)
+            # small design spaces (a reshape) sample the same programs often: draw more than the slots
+            batch += self._unmeasured(self.random_candidates(2 * missing + 2), batch)[:missing]
         if self.exploration is not None:
             batch = self.exploration.mix(self.context, batch, self.random_candidates(max(16, self.plan)), task)
         task.proposed += len(batch)
@@ -468,7 +473,24 @@ class AdaptiveSearch(PySearchStrategy):
         task.measured += len(batch)
         return batch
 
+    def _unmeasured(self, candidates: Any, taken: list[Any] = ()) -> list[Any]:
+        """``candidates`` less the untuned code and the programs this task measured or ``taken`` holds.
+
+        A program twice in a batch, or again after it was measured, costs a board trial and teaches nothing.
+        """
+        seen = set(self._measured) | {structural_hash(c.sch.mod) for c in taken}
+        fresh = []
+        for candidate in candidates:
+            if is_untuned_copy(candidate.sch.trace):
+                continue
+            key = structural_hash(candidate.sch.mod)
+            if key not in seen:
+                seen.add(key)
+                fresh.append(candidate)
+        return fresh
+
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
+        self._measured.update(structural_hash(c.sch.mod) for c in measure_candidates)
         self.inner.notify_runner_results(measure_candidates, results)
         means = [float(np.mean([float(s) for s in r.run_secs])) for r in results if r.error_msg is None and r.run_secs]
         throughputs = [1.0 / m for m in means if is_valid_secs(m)]

@@ -40,7 +40,9 @@ def _alone_tvm(artifact: Path, inputs: dict[str, Any], rounds: int, number: int)
     import tvm
     from tvm import relax
 
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(artifact)), tvm.cpu())
+    from edgetune.board.baseline import load_module_fresh
+
+    vm = relax.VirtualMachine(load_module_fresh(artifact), tvm.cpu())
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
     timer = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
     timer(*args)

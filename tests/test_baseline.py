@@ -63,3 +63,35 @@ def test_the_verdict_reads_the_right_way_round() -> None:
     slower = BaselineResult("onnxruntime", baseline_ms=1.0, tuned_ms=2.5, outputs_match=True, max_rel_diff=0.0)
     assert faster.line() == "tuned 2.000 ms; ONNX Runtime 3.400 ms on this board: 1.70x faster"
     assert slower.line() == "tuned 2.500 ms; ONNX Runtime 1.000 ms on this board: 2.50x slower"
+
+
+def test_a_rewritten_model_so_is_timed_as_it_is_now(tmp_path) -> None:
+    """A process that compared a tune's model.so, then resumed the tune, compares the new model.so: the dynamic
+    loader hands back the library already loaded under a path, so the comparison loads a copy of its own."""
+    import numpy as np
+    import onnx
+    import tvm
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm.relax.frontend.onnx import from_onnx
+
+    def add_model(value: float) -> bytes:
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["x", "c"], ["y"])], "add",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+            [numpy_helper.from_array(np.full(4, value, dtype="float32"), "c")],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+    artifact = tmp_path / "model.so"
+    inputs = {"x": np.arange(4, dtype="float32")}
+    first, second = add_model(1.0), add_model(2.0)
+    tvm.compile(from_onnx(onnx.load_from_string(first)), target="llvm").export_library(str(artifact))
+    held = tvm.runtime.load_module(str(artifact))  # the process still holds the model it timed first
+    before = compare_with_baseline("onnxruntime", artifact, first, inputs, 1, rounds=1, number=1)
+    # the same path, rewritten, as a resumed tune rewrites its model.so
+    tvm.compile(from_onnx(onnx.load_from_string(second)), target="llvm").export_library(str(artifact))
+    after = compare_with_baseline("onnxruntime", artifact, second, inputs, 1, rounds=1, number=1)
+    for result in (before, after):  # each the model of its own moment (x + 1 against x + 2: 0.4 apart)
+        assert result.error is None and result.max_rel_diff < 1e-6, result
+    assert held is not None

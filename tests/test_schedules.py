@@ -110,6 +110,56 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
         warm.close()
 
 
+def test_libraries_merge_by_workload_and_keep_each_builds_budget(library_file, tmp_path) -> None:
+    """A zoo built in steps: two libraries of one family join into one, each workload's fastest schedules kept,
+    each build's budget and zoo listed; another family does not merge."""
+    import dataclasses
+
+    from edgetune.schedules.library import merge_libraries
+
+    path, _db, _profile = library_file
+    library = load_library(path)
+    covered = [w for w in library.workloads if w.schedules]
+    assert len(covered) >= 3
+    shared, only_first, only_second = covered[0], covered[1:2], covered[2:]
+    faster = dataclasses.replace(shared.schedules[-1], latency_us=shared.schedules[0].latency_us / 2)
+    header = {k: v for k, v in library.header.items() if k not in ("format", "version", "workloads")}
+    write_library(tmp_path / "a.schedules.gz", {**header, "zoo": ["demo:a@224"], "budget_per_workload": 64,
+                                                "budget_counts": None}, [shared, *only_first])
+    second_shared = dataclasses.replace(shared, schedules=[faster])
+    write_library(tmp_path / "b.schedules.gz", {**header, "zoo": ["demo:b@224"], "budget_per_workload": 32},
+                  [second_shared, *only_second])
+    first = load_library(tmp_path / "a.schedules.gz")
+
+    out = tmp_path / "all.schedules.gz"
+    result = run_cli("schedules", "merge", str(tmp_path / "a.schedules.gz"), str(tmp_path / "b.schedules.gz"),
+                     "--out", str(out), "--top-k", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    merged = load_library(out)
+    assert sorted(w.shash for w in merged.workloads) == sorted(w.shash for w in covered)
+    entry = merged.find(shared.mod)
+    # the faster schedule of the second build first, then the first build's fastest; top-k 2, no trace twice
+    assert [s.latency_us for s in entry.schedules] == [faster.latency_us, shared.schedules[0].latency_us]
+    assert len({json.dumps(s.trace_json, sort_keys=True) for s in entry.schedules}) == 2
+    assert merged.header["zoo"] == ["demo:a@224", "demo:b@224"] and merged.header["budget_per_workload"] is None
+    text = "\n".join(merged.describe())
+    assert "budget: per build, below" in text and "merged from 2 builds:" in text
+    assert "64 trials per workload, the candidates the search proposed; zoo" in text and "demo:a@224" in text
+    assert "32 trials per workload, measured; zoo" in text
+    # a merged library merges again: its parts are kept, not nested
+    again = merge_libraries([merged, first], tmp_path / "again.schedules.gz")
+    assert len(again.header["parts"]) == 3
+    # another family (or timing, or target) is one line, and nothing is written
+    foreign = {**header, "family": {**header["family"], "name": "aarch64-neon"}}
+    write_library(tmp_path / "arm.schedules.gz", foreign, only_second)
+    with pytest.raises(LibraryError, match=r"^cannot merge .*arm.schedules.gz.*: its family must be"):
+        merge_libraries([first, load_library(tmp_path / "arm.schedules.gz")], tmp_path / "bad.schedules.gz")
+    assert not (tmp_path / "bad.schedules.gz").exists()
+    result = run_cli("schedules", "merge", str(tmp_path / "a.schedules.gz"), "--out", str(tmp_path / "one.schedules.gz"))
+    assert result.returncode != 0 and "at least two libraries, got 1 instead" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_a_library_of_another_family_is_not_used_and_says_so(library_file, tmp_path) -> None:
     path, _db, profile = library_file
     library = load_library(path)

@@ -91,6 +91,23 @@ FORMAT_NAMES = {"onnx": "an ONNX file", "tflite": "a .tflite file", "pt2": "a Py
 _INSTALL = {"onnxruntime": "pip install onnxruntime", "litert": "pip install ai-edge-litert"}
 
 
+def load_module_fresh(artifact: str | os.PathLike[str]) -> Any:
+    """``tvm.runtime.load_module`` of what ``artifact`` holds now, through a copy under a name of its own.
+
+    The dynamic loader hands back the library it already loaded under the same path, even after the file was
+    rewritten: a process that timed a tune's ``model.so`` and then resumed the tune timed the old model again.
+    """
+    import shutil
+    import tempfile
+
+    import tvm
+
+    with tempfile.TemporaryDirectory(prefix="edgetune-module-") as tmp:  # loaded, the copy may go
+        copy = Path(tmp) / Path(artifact).name
+        shutil.copyfile(artifact, copy)
+        return tvm.runtime.load_module(str(copy))
+
+
 def compare_with_baseline(
     runtime: str,
     artifact: str | os.PathLike[str],
@@ -126,7 +143,7 @@ def compare_with_baseline(
 
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's thread pool starts in this process
     feed = {name: np.asarray(value) for name, value in inputs.items()}
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(Path(artifact))), tvm.cpu())
+    vm = relax.VirtualMachine(load_module_fresh(artifact), tvm.cpu())
     args = [tvm.runtime.tensor(value) for value in feed.values()]
     out = vm["main"](*args)
     ours = (out if hasattr(out, "numpy") else out[0]).numpy()  # a tensor, or a tuple of them

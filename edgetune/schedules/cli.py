@@ -12,6 +12,7 @@ EPILOG = """examples:
   edgetune schedules export --db history.db --profile host team.schedules.gz
   edgetune schedules import team.schedules.gz --db postgresql://tuner@db-host/edgetune
   edgetune schedules info team.schedules.gz
+  edgetune schedules merge shipped.schedules.gz more.schedules.gz --out all.schedules.gz
   edgetune tune --profile host --model net.onnx --schedules team.schedules.gz
 
 A library holds each workload's best few traces (not compiled code), the CPU
@@ -58,6 +59,15 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     imp.add_argument("file", metavar="FILE")
     imp.add_argument("--db", required=True, metavar="URL")
     imp.set_defaults(func=_import)
+    merge = actions.add_parser(
+        "merge", help="join libraries of one family (a zoo built in steps, or on several hosts) into one file",
+        description="Join libraries of the same family, timing, target and TVM: each workload keeps its --top-k "
+        "fastest schedules; the file keeps each build's budget, zoo and layout, which `info` lists.",
+    )
+    merge.add_argument("files", metavar="FILE", nargs="+", help="libraries to join (at least two)")
+    merge.add_argument("--out", required=True, metavar="FILE", help="library file to write (may be one of the inputs)")
+    merge.add_argument("--top-k", type=int, help="schedules kept per workload (default: the inputs' largest)")
+    merge.set_defaults(func=_merge)
     info = actions.add_parser("info", help="describe a library (or the shipped ones, and the zoo)")
     info.add_argument("file", metavar="FILE", nargs="?", help="library file (default: every library shipped with edgetune)")
     info.set_defaults(func=_info)
@@ -94,6 +104,16 @@ def _import(args: argparse.Namespace) -> int:
         history.close()
     print(f"imported {args.file} into {args.db}: {added} schedules added, {skipped} already there "
           f"({len(library.workloads)} workloads, family {library.family})")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from .library import load_library, merge_libraries
+
+    library = merge_libraries([load_library(path) for path in args.files], args.out, top_k=args.top_k)
+    size = Path(args.out).stat().st_size
+    print(f"wrote {args.out}: {len(library.workloads)} workloads, {sum(len(w.schedules) for w in library.workloads)} "
+          f"schedules from {len(args.files)} libraries, {size / 1024:.0f} KiB, family {library.family}")
     return 0
 
 

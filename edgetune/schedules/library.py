@@ -149,7 +149,8 @@ class ScheduleLibrary:
             f"timed {self.timing})",
             (f"budget: {h['budget_per_workload']} trials per workload, "
              + ("measured" if h.get("budget_counts") == "measured" else "the candidates the search proposed")
-             if h.get("budget_per_workload") else "budget: not recorded")
+             if h.get("budget_per_workload") else
+             "budget: per build, below" if h.get("parts") else "budget: not recorded")
             + f" (records per workload: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
             "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
         ]
@@ -158,6 +159,15 @@ class ScheduleLibrary:
             lines.append("zoo: " + ", ".join(h["zoo"]) + layout)
         if h.get("source"):
             lines.append(f"exported from: {h['source']}")
+        if h.get("parts"):
+            lines.append(f"merged from {len(h['parts'])} builds:")
+            for number, part in enumerate(h["parts"], start=1):
+                budget = (f"{part['budget_per_workload']} trials per workload, "
+                          + ("measured" if part.get("budget_counts") == "measured" else "the candidates the search proposed")
+                          if part.get("budget_per_workload") else "budget not recorded")
+                layout = f" in {part['conv_layout']}" if part.get("conv_layout") else ""
+                lines.append(f"  [{number}] {part.get('created_at')}: {budget}; zoo{layout}: "
+                             f"{', '.join(part.get('zoo') or []) or '-'}; from {part.get('source') or '?'}")
         return lines
 
 
@@ -382,6 +392,87 @@ def _read_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 yield number, json.loads(line)
             except ValueError as err:
                 raise LibraryError(f"'{path}' line {number} is not JSON: {err}") from None
+
+
+# --------------------------------------------------------------------------- merging
+
+#: header keys that say how one build made its part of a library (kept per part by :func:`merge_libraries`)
+_PART_KEYS = ("created_at", "edgetune_version", "budget_per_workload", "budget_counts", "conv_layout", "zoo",
+              "source", "measured_on")
+
+
+def parts_of(header: dict[str, Any]) -> list[dict[str, Any]]:
+    """The builds a library holds: its ``parts`` when merged, else the header's own build."""
+    parts = header.get("parts")
+    if parts:
+        return list(parts)
+    return [{key: header.get(key) for key in _PART_KEYS}]
+
+
+def merge_libraries(
+    libraries: list[ScheduleLibrary], path: str | os.PathLike[str], *, top_k: int | None = None
+) -> ScheduleLibrary:
+    """One library from several of the same family, timing and TVM: each workload's ``top_k`` fastest schedules.
+
+    For a zoo built in steps (more models later, on another host of the family) or by a team on a farm.
+    The header keeps each build's budget, zoo and layout as a ``part``, so ``info`` says where each number came
+    from; the budget of the whole is stated only where every part had the same.
+    """
+    if len(libraries) < 2:
+        raise LibraryError(f"merging takes at least two libraries, got {len(libraries)} instead")
+    if top_k is not None and top_k < 1:
+        raise LibraryError(f"top_k must be >= 1, got {top_k} instead")
+    first = libraries[0]
+    for other in libraries[1:]:
+        for what, mine, theirs in (
+            ("family", first.family, other.family),
+            ("timing", first.timing, other.timing),
+            ("target", first.header.get("target"), other.header.get("target")),
+        ):
+            if mine != theirs:
+                raise LibraryError(
+                    f"cannot merge '{other.path}' into '{first.path}': its {what} must be {mine!r}, got {theirs!r} instead"
+                )
+    top_k = top_k or max(int(lib.header.get("top_k") or DEFAULT_TOP_K) for lib in libraries)
+    merged: dict[str, LibraryWorkload] = {}
+    for library in libraries:
+        for workload in library.workloads:
+            entry = merged.get(workload.shash)
+            if entry is None:
+                entry = merged[workload.shash] = LibraryWorkload(
+                    workload.shash, workload.mod_json, list(workload.signature), workload.flops
+                )
+            entry.schedules.extend(workload.schedules)
+    for entry in merged.values():
+        seen: set[str] = set()
+        kept = []
+        for schedule in sorted(entry.schedules, key=lambda sch: sch.latency_us):
+            key = json.dumps(schedule.trace_json, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                kept.append(schedule)
+        entry.schedules = kept[:top_k]
+    parts = [part for library in libraries for part in parts_of(library.header)]
+
+    def common(key: str) -> Any:
+        values = {json.dumps(part.get(key), sort_keys=True) for part in parts}
+        return json.loads(values.pop()) if len(values) == 1 else None
+
+    header = {
+        **{key: value for key, value in first.header.items() if key not in ("format", "version", "workloads")},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "top_k": top_k,
+        "budget_per_workload": common("budget_per_workload"),
+        "budget_counts": common("budget_counts"),
+        "conv_layout": common("conv_layout"),
+        "measured_on": common("measured_on"),
+        "zoo": list(dict.fromkeys(spec for part in parts for spec in part.get("zoo") or [])),
+        "source": "merged: " + ", ".join(lib.path for lib in libraries),
+        "parts": parts,
+    }
+    workloads = list(merged.values())
+    write_library(path, header, workloads)
+    return ScheduleLibrary({**header, "format": LIBRARY_FORMAT, "version": LIBRARY_VERSION}, workloads, str(path))
 
 
 # --------------------------------------------------------------------------- into a history

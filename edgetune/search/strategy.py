@@ -464,7 +464,9 @@ class AdaptiveSearch(PySearchStrategy):
         if self.sampler is not None and len(batch) > 1:
             keep = self.sampler.select(self._features(self.context, batch))
             batch = [batch[i] for i in keep]
-        batch = self.transfer.mix(self.context, batch, task)
+        # the exploration's random samples and the transferred seeds can be the untuned code or a program
+        # measured before, too
+        batch = self._unmeasured(self.transfer.mix(self.context, batch, task))
         if self.cap is not None:
             batch = batch[: max(0, self.cap - task.measured - outside)]
         batch = batch[: self.limits.take(len(batch))]

@@ -560,6 +560,7 @@ class TuningPipeline:
                 if plan.search_budget <= 0:
                     return outcome
                 plan.limits.set_search_budget(plan.search_budget)
+                self.size_batches(plan, session)
                 outcome.scheduler = self.make_task_scheduler(session.awaits)
                 ms.tune_tasks(
                     tasks=session.contexts,
@@ -590,6 +591,19 @@ class TuningPipeline:
             outcome.seconds = time.monotonic() - started
             outcome.stop_reason = recorder.stop_reason
         return outcome
+
+    def size_batches(self, plan: TaskPlan, session: TuneSession) -> None:
+        """Batches small enough that every task's first batch fits in what the search has left.
+
+        MetaSchedule's first round gives each task one batch, in task order. Sized from the run's budget
+        (:meth:`plan_tasks`), before the default and library schedules took their trials, the batches of a
+        short run (2 per task: one left for the search) went to the tasks picked first, two each, and the
+        last third of the tasks (SqueezeNet's costliest convolutions among them) got no search trial.
+        """
+        names = [str(ctx.task_name) for ctx in session.contexts]
+        if plan.caps_enforced:  # a task whose cap its defaults reached takes no batch
+            names = [n for n in names if (cap := plan.limits.cap(n)) is None or cap > plan.limits.measured_before(n)]
+        plan.per_iter = min(plan.per_iter, max(1, plan.search_budget // max(1, len(names))))
 
     def cap_minor_tasks(self, plan: TaskPlan, progress: TuneProgress) -> None:
         """Budget where it pays: a task that cannot matter to the tuned model gets few trials.

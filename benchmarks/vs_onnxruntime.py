@@ -246,12 +246,14 @@ def _baseline_cell(row: dict[str, Any]) -> str:
 
 def _model_name(value: str) -> str:
     """A demo's name, or a .tflite file (tuned from the file, timed against LiteRT)."""
+    from edgetune.tasks.demo import demo_model_names
+
     name, _, size = value.partition("@")
-    if (name in MODELS and (not size or size.isdigit())) or value.endswith(".tflite"):
+    if (name in demo_model_names() and (not size or size.isdigit())) or value.endswith(".tflite"):
         return value
     raise argparse.ArgumentTypeError(
-        f"must be one of {', '.join(MODELS)} (NAME@SIZE for a resolution or a transformer's tokens) or a .tflite file, "
-        f"got {value!r} instead")
+        f"must be a demo ({', '.join(demo_model_names())}; NAME@SIZE for a resolution or a transformer's tokens) "
+        f"or a .tflite file, got {value!r} instead")
 
 
 def _graph_cell(row: dict[str, Any]) -> str:
@@ -268,7 +270,7 @@ def _library_cell(row: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), type=_model_name,
-                        help="demos (NAME@SIZE: a CNN's resolution or a transformer's tokens), or .tflite files (benchmarks/make_tflite.py) timed against LiteRT instead of ONNX Runtime")
+                        help="demos (default: resnet18 mobilenetv2 squeezenet transformer mobilenetv1; any edgetune demo, e.g. the zoo's; NAME@SIZE: a CNN's resolution or a transformer's tokens), or .tflite files (benchmarks/make_tflite.py) timed against LiteRT instead of ONNX Runtime")
     parser.add_argument("--per-task", type=int, nargs="+", default=[8, 16, 32], help="measured trials per task, ascending")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--res", type=int, default=None, help="input resolution of the CNNs (default: each demo's 224)")

@@ -435,6 +435,9 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
         assert library.workloads and all(w.schedules for w in library.workloads)
     library = load_library(next(p for p in shipped if p.name.startswith("x86-64-avx512")))
     assert "demo:resnet18@224 in NCHW16c" in library.header["zoo"]
+    # built in two steps and merged: each build's budget is stated, the zoo's later models are in it
+    assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 16]
+    assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224"} <= set(library.header["zoo"])
     # the graph a tune prepares for this family by default: every convolution blocked, the stem and pool too
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     prepared = prepare_graph(load_model("demo:resnet18@224"), "auto", "full", target)

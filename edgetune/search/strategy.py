@@ -43,7 +43,7 @@ from __future__ import annotations
 import threading
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
@@ -475,7 +475,7 @@ class AdaptiveSearch(PySearchStrategy):
         task.measured += len(batch)
         return batch
 
-    def _unmeasured(self, candidates: Any, taken: list[Any] = ()) -> list[Any]:
+    def _unmeasured(self, candidates: Any, taken: Sequence[Any] = ()) -> list[Any]:
         """``candidates`` less the untuned code and the programs this task measured or ``taken`` holds.
 
         A program twice in a batch, or again after it was measured, costs a board trial and teaches nothing.

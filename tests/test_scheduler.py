@@ -443,7 +443,10 @@ def test_tune_with_ucb_end_to_end(tmp_path, loopback_board):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["trials"]["this_run"] >= 20
+    # the budget is spent, or what is left of it is what the adaptive early stop saved (a short run's batches
+    # are of one candidate, and the early stop may end a task after one without progress)
+    unspent = 20 - summary["trials"]["this_run"]
+    assert 0 <= unspent <= sum(t["share_left_by_early_stop"] for t in summary["measurement_reduction"]["tasks"]), summary
     assert all(task["trials_this_run"] >= 1 for task in summary["tasks"])
     assert summary["end_to_end"]["outputs_match"] is True
     # a board reached through a tracker is another machine (here, stands in for one): batches overlap

@@ -467,6 +467,10 @@ class AdaptiveSearch(PySearchStrategy):
         # the exploration's random samples and the transferred seeds can be the untuned code or a program
         # measured before, too
         batch = self._unmeasured(self.transfer.mix(self.context, batch, task))
+        if not batch and pool:
+            # all it proposed was measured before (a batch of one, at a short budget): fresh samples, so that an
+            # empty batch below still means the run's budget is spent or the task has no program left to try
+            batch = self._unmeasured(self.random_candidates(2 * len(pool) + 2))[: len(pool)]
         if self.cap is not None:
             batch = batch[: max(0, self.cap - task.measured - outside)]
         batch = batch[: self.limits.take(len(batch))]

@@ -12,7 +12,7 @@ import tvm
 import tvm.s_tir.meta_schedule as ms
 
 from conftest import SESSION_KEY, run_cli
-from edgetune.errors import LibraryError
+from edgetune.errors import LibraryError, OptionError
 from edgetune.schedules import family_of, load_library
 from edgetune.schedules.library import export_library, import_library, write_library
 from edgetune.schedules.use import choose_library
@@ -158,6 +158,30 @@ def test_libraries_merge_by_workload_and_keep_each_builds_budget(library_file, t
     result = run_cli("schedules", "merge", str(tmp_path / "a.schedules.gz"), "--out", str(tmp_path / "one.schedules.gz"))
     assert result.returncode != 0 and "at least two libraries, got 1 instead" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_merged_builds_list_their_zoo_in_one_notation(library_file, tmp_path) -> None:
+    """A library of the first format wrote the layout into each zoo entry; merged with a build that names it in
+    conv_layout, info listed both notations side by side. One layout: plain specs; two: each entry says its own."""
+    from edgetune.schedules.library import merge_libraries
+
+    path, _db, _profile = library_file
+    library = load_library(path)
+    header = {k: v for k, v in library.header.items() if k not in ("format", "version", "workloads")}
+    covered = [w for w in library.workloads if w.schedules][:2]
+    old = {**header, "zoo": ["demo:a@224 in NCHW16c", "demo:b@224 in NCHW16c"], "conv_layout": None}
+    write_library(tmp_path / "old.schedules.gz", old, covered[:1])
+    write_library(tmp_path / "new.schedules.gz", {**header, "zoo": ["demo:c@224 (3 of its 9 tasks at the budget)"],
+                                                  "conv_layout": "NCHW16c"}, covered[1:])
+    write_library(tmp_path / "other.schedules.gz", {**header, "zoo": ["demo:d@128"], "conv_layout": "NHWC"}, covered[1:])
+    libs = {name: load_library(tmp_path / f"{name}.schedules.gz") for name in ("old", "new", "other")}
+    same = merge_libraries([libs["old"], libs["new"]], tmp_path / "same.schedules.gz")
+    assert same.header["zoo"] == ["demo:a@224", "demo:b@224", "demo:c@224 (3 of its 9 tasks at the budget)"]
+    assert same.header["conv_layout"] == "NCHW16c"
+    assert "(convolutions in NCHW16c)" in "\n".join(same.describe())
+    mixed = merge_libraries([libs["old"], libs["other"]], tmp_path / "mixed.schedules.gz")
+    assert mixed.header["zoo"] == ["demo:a@224 in NCHW16c", "demo:b@224 in NCHW16c", "demo:d@128 in NHWC"]
+    assert mixed.header["conv_layout"] is None
 
 
 def test_a_library_of_another_family_is_not_used_and_says_so(library_file, tmp_path) -> None:
@@ -354,6 +378,70 @@ def test_schedules_build_gives_every_workload_its_budget_and_resumes(tmp_path, l
     assert more.trials.this_run < 6  # the spare trials went nowhere
 
 
+def test_a_build_stopped_part_way_still_writes_its_library_and_says_how_far(tmp_path, loopback_board, monkeypatch) -> None:
+    """`schedules build --hours`: at the limit the batch in flight finishes, the library of what was measured is
+    written with the model it stopped in named with how far it got, the next model is not started, and it returns;
+    Ctrl-C writes it too, then stops as a tune does."""
+    import signal
+
+    from edgetune.errors import TuningInterrupted
+    from edgetune.profile import load_profile
+    from edgetune.tuning import zoo as zoo_module
+    from edgetune.tuning.zoo import build_library
+
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key},
+                                                  tuning={"num_trials_per_iter": 2, "conv_layout": "as-is"})
+    from edgetune.tuning import TuneOptions
+    from edgetune.tuning.pipeline import TuningPipeline
+
+    tracker = f"{loopback_board.host}:{loopback_board.port}"
+    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "probe"))
+    tasks = len(probe.extract_tasks(*probe.check_inputs()))
+    # each look at the clock 1000 s later: the build reads it twice before the first batch, and a batch per
+    # task's default comes first, so the limit falls after the second search batch of the first model
+    ticks = iter(range(0, 10**9, 1000))
+    hours = (tasks + 4) / 3.6
+    said: list[str] = []
+    built, library = build_library(
+        ["demo:tiny-cnn", "demo:tiny-cnn@16"], profile, f"sqlite:///{tmp_path / 'zoo.db'}", budget_per_workload=3,
+        work_dir=tmp_path / "runs", out=tmp_path / "part.schedules.gz", tracker=tracker, key=loopback_board.key,
+        hours=hours, say=said.append, clock=lambda: next(ticks),
+    )
+    assert [b.spec for b in built] == ["demo:tiny-cnn"] and built[0].stopped, said
+    assert not any("tiny-cnn@16:" in line for line in said), said  # the second model never started
+    assert any(f"time limit of {hours:g} h reached in demo:tiny-cnn" in line for line in said), said
+    assert tasks < built[0].trials_this_run <= tasks + 2 * 2, said  # the defaults, then two batches of at most two
+    first = built[0]
+    assert 0 < first.trials_this_run < 3 * first.tasks and first.tasks_at_budget < first.tasks
+    assert library is not None and (tmp_path / "part.schedules.gz").exists()
+    assert library.header["zoo"] == [f"demo:tiny-cnn ({first.tasks_at_budget} of its {first.tasks} tasks at the budget)"]
+    assert sum(len(w.schedules) for w in library.workloads) >= 1  # what it measured is in the file
+    assert "zoo: demo:tiny-cnn (" in "\n".join(load_library(tmp_path / "part.schedules.gz").describe())
+
+    # Ctrl-C (what stop_on_signals does on SIGINT) after the first batch: written, then raised with its exit code
+    def interrupt(self, progress, task):
+        self.stop.signum = signal.SIGINT
+        self.stop.event.set()
+
+    monkeypatch.setattr(zoo_module._BuildProgress, "on_batch", interrupt)
+    with pytest.raises(TuningInterrupted) as stopped:
+        build_library(["demo:tiny-cnn@16"], profile, f"sqlite:///{tmp_path / 'zoo.db'}", budget_per_workload=3,
+                      work_dir=tmp_path / "runs", out=tmp_path / "ctrl-c.schedules.gz", tracker=tracker,
+                      key=loopback_board.key, say=said.append)
+    assert stopped.value.exit_code == 130 and "run the same command again to resume" in str(stopped.value)
+    written = load_library(tmp_path / "ctrl-c.schedules.gz")
+    import re
+
+    named = re.fullmatch(r"demo:tiny-cnn@16 \((\d+) of its (\d+) tasks at the budget\)", written.header["zoo"][0])
+    assert named and int(named[1]) < int(named[2]), written.header["zoo"]  # stopped after its first default
+    # the stop came after the first task's default, but every default measured in that batch was kept
+    summary = json.loads((tmp_path / "runs" / "tiny-cnn-16" / "summary.json").read_text())
+    new_tasks = [t for t in summary["tasks"] if t["trials_before"] == 0]
+    assert len(new_tasks) >= 2 and all(t["trials_this_run"] == 1 for t in new_tasks), summary["tasks"]
+    with pytest.raises(OptionError, match="--hours must be > 0, got 0 instead"):
+        build_library(["demo:tiny-cnn"], profile, "sqlite:///unused.db", budget_per_workload=3, work_dir=tmp_path, hours=0)
+
+
 def test_a_build_budget_counts_measured_trials_so_resuming_adds_none(tmp_path, loopback_board) -> None:
     """K-means measures some of each batch the search proposes: the budget is the measured trials, so a finished
     build holds the budget per workload and a rerun measures nothing (it used to deepen every task it resumed)."""
@@ -408,11 +496,13 @@ def test_schedules_build_tunes_without_early_stop_or_a_library(tmp_path, monkeyp
     seen = []
 
     class Summary:
+        tasks = []
+
         class trials:
             this_run = 0
             in_history_before = 0
 
-    monkeypatch.setattr(pipeline, "run_tune", lambda options: seen.append(options) or Summary())
+    monkeypatch.setattr(pipeline.TuningPipeline, "run", lambda self: seen.append(self.options) or Summary())
     zoo.build_library(["demo:tiny-cnn"], load_profile("host"), f"sqlite:///{tmp_path / 'h.db'}", budget_per_workload=5,
                       work_dir=tmp_path, say=lambda _m: None)
     tuning = seen[0].profile.tuning

@@ -37,7 +37,8 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
         "build", help="tune a zoo of models into a history and export the library (resumable)",
         description="Tune every model of the zoo through the same pipeline as `edgetune tune` (no end-to-end "
         "evaluation), each task capped at --budget trials, into the history --db, then write the library. "
-        "Run the same command again to resume an interrupted build.",
+        "Run the same command again to resume an interrupted build. Stopped part-way (Ctrl-C or --hours), it still "
+        "writes --out from what it measured, naming the model it stopped in with how far it got.",
     )
     build_parser.add_argument("--profile", "-p", default="host", help="device profile (default: host)")
     build_parser.add_argument("--db", required=True, metavar="URL", help="the history that is the build's working store")
@@ -47,17 +48,22 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     build_parser.add_argument("--work", metavar="DIR", default="edgetune-out/schedules-build", help="run directories")
     build_parser.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board(s) (default: the loopback board)")
     build_parser.add_argument("--key", help="device key at the tracker")
+    build_parser.add_argument(
+        "--hours", type=float, metavar="H",
+        help="stop after H hours of tuning (the batch in flight finishes), write --out and exit 0; run the same "
+        "command again to go on (default: no limit)",
+    )
     build_parser.set_defaults(func=build)
     export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")
-    export.add_argument("file", metavar="FILE")
-    export.add_argument("--db", required=True, metavar="URL")
+    export.add_argument("file", metavar="FILE", help="library file to write (.schedules.gz)")
+    export.add_argument("--db", required=True, metavar="URL", help="the history to export (e.g. a build's --db)")
     export.add_argument("--profile", "-p", default="host", help="whose target's records are exported (default: host)")
     export.add_argument("--top-k", type=int, default=3, help="schedules kept per workload (default 3)")
     export.add_argument("--budget", type=int, help="the budget per workload the history was tuned at (recorded in the file)")
     export.set_defaults(func=_export)
     imp = actions.add_parser("import", help="add a library's schedules to a history (e.g. a team's PostgreSQL history)")
-    imp.add_argument("file", metavar="FILE")
-    imp.add_argument("--db", required=True, metavar="URL")
+    imp.add_argument("file", metavar="FILE", help="library file to import")
+    imp.add_argument("--db", required=True, metavar="URL", help="the history to add it to")
     imp.set_defaults(func=_import)
     merge = actions.add_parser(
         "merge", help="join libraries of one family (a zoo built in steps, or on several hosts) into one file",

@@ -458,21 +458,42 @@ def merge_libraries(
         values = {json.dumps(part.get(key), sort_keys=True) for part in parts}
         return json.loads(values.pop()) if len(values) == 1 else None
 
+    zoo, conv_layout = _merged_zoo(parts)
     header = {
         **{key: value for key, value in first.header.items() if key not in ("format", "version", "workloads")},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "top_k": top_k,
         "budget_per_workload": common("budget_per_workload"),
         "budget_counts": common("budget_counts"),
-        "conv_layout": common("conv_layout"),
+        "conv_layout": conv_layout,
         "measured_on": common("measured_on"),
-        "zoo": list(dict.fromkeys(spec for part in parts for spec in part.get("zoo") or [])),
+        "zoo": zoo,
         "source": "merged: " + ", ".join(lib.path for lib in libraries),
         "parts": parts,
     }
     workloads = list(merged.values())
     write_library(path, header, workloads)
     return ScheduleLibrary({**header, "format": LIBRARY_FORMAT, "version": LIBRARY_VERSION}, workloads, str(path))
+
+
+def _merged_zoo(parts: list[dict[str, Any]]) -> tuple[list[str], str | None]:
+    """The zoo of merged builds in one notation, and their common layout (None when they differ).
+
+    A build names its layout in ``conv_layout``; libraries of the first format wrote it into each zoo entry
+    ("demo:resnet18@224 in NCHW16c"). Joined as they were, ``info`` listed the two notations side by side.
+    """
+    entries: list[tuple[str, str | None]] = []
+    for part in parts:
+        for entry in part.get("zoo") or []:
+            spec, sep, layout = entry.partition(" in ")
+            if sep and not part.get("conv_layout") and " " not in spec:
+                entries.append((spec, layout))
+            else:
+                entries.append((entry, part.get("conv_layout")))
+    layouts = {layout for _, layout in entries}
+    if len(layouts) == 1 and None not in layouts:
+        return list(dict.fromkeys(spec for spec, _ in entries)), layouts.pop()
+    return list(dict.fromkeys(f"{spec} in {layout}" if layout else spec for spec, layout in entries)), None
 
 
 # --------------------------------------------------------------------------- into a history

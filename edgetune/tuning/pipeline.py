@@ -20,10 +20,10 @@ import logging
 import math
 import os
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import tvm
@@ -664,13 +664,14 @@ class TuningPipeline:
         for rank in range(max(map(len, plan.library_candidates.values()))):  # one batch per rank: the best first
             by_task = {i: found[rank] for i, found in plan.library_candidates.items() if rank < len(found)}
             measured = measure_candidates(session.contexts, by_task, session.builder, session.runner)
-            for index, (candidate, built, ran) in measured.items():
-                name = progress.tasks[index].name
-                plan.limits.add_measured_before(name)
-                if built.error_msg is None and ran.error_msg is None and ran.run_secs:
-                    latency_us = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
-                    library.exact[name] = min(latency_us, library.exact.get(name, latency_us))
-                recorder.record(index, [candidate], [built], [ran])
+            with _record_all_then_stop() as record:
+                for index, (candidate, built, ran) in measured.items():
+                    name = progress.tasks[index].name
+                    plan.limits.add_measured_before(name)
+                    if built.error_msg is None and ran.error_msg is None and ran.run_secs:
+                        latency_us = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
+                        library.exact[name] = min(latency_us, library.exact.get(name, latency_us))
+                    record(recorder, index, [candidate], [built], [ran])
         progress.phase = "tuning"
         self.sink.on_phase(progress)
 
@@ -682,11 +683,12 @@ class TuningPipeline:
         progress.phase = "measuring each task's default schedule (the untuned baseline)"
         self.sink.on_phase(progress)
         measured = measure_defaults(session.contexts, plan.defaults_to_measure, session.builder, session.runner)
-        for index, (candidate, built, ran) in measured.items():
-            plan.limits.add_measured_before(progress.tasks[index].name)
-            ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
-            progress.tasks[index].default_sec = _mean_or_none([float(x) for x in ran.run_secs]) if ok else None
-            recorder.record(index, [candidate], [built], [ran])
+        with _record_all_then_stop() as record:
+            for index, (candidate, built, ran) in measured.items():
+                plan.limits.add_measured_before(progress.tasks[index].name)
+                ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
+                progress.tasks[index].default_sec = _mean_or_none([float(x) for x in ran.run_secs]) if ok else None
+                record(recorder, index, [candidate], [built], [ran])
         progress.phase = "tuning"
         self.sink.on_phase(progress)
         return len(measured)
@@ -784,6 +786,26 @@ def _task_flops(mod: Any) -> float:
         return float(estimate_tir_flops(mod))
     except Exception:  # some fused functions have no countable loops
         return 0.0
+
+
+@contextmanager
+def _record_all_then_stop() -> Iterator[Callable[..., None]]:
+    """Record every result of a batch measured outside the scheduler, then stop if a stop was asked for.
+
+    The recorder raises :class:`StopRequested` after the first task's record once a stop (Ctrl-C, a build's time
+    limit) is set; the rest of the batch, measured on the board already, would be lost.
+    """
+    stop: list[StopRequested] = []
+
+    def record(recorder: RecordAndReport, *args: Any) -> None:
+        try:
+            recorder.record(*args)
+        except StopRequested as requested:
+            stop.append(requested)
+
+    yield record
+    if stop:
+        raise stop[0]
 
 
 def _mean_or_none(run_secs: Sequence[float] | None) -> float | None:

@@ -9,7 +9,9 @@ the working store. Every model is tuned by :func:`edgetune.tuning.run_tune`
 budget per workload in measured trials (``tuning.max_trials_per_task``, no early stop), and a
 workload shared by several models is tuned once. Interrupted (Ctrl-C, a closed session), the
 same command resumes where the history stops; models whose tasks all have
-their budget are skipped at once.
+their budget are skipped at once. A build stopped part-way (Ctrl-C, or ``hours``, a time
+limit for a night or a session) still writes the library of what it measured, and its zoo
+says how far the model it stopped in got.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import OptionError
+from ..errors import OptionError, TuningInterrupted
 from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary, export_library
+from .progress import ProgressSink, TaskProgress, TuneProgress
+
+#: seconds between two progress lines of one model (a model of the zoo can take an hour)
+PROGRESS_EVERY_SEC = 60.0
 
 
 @dataclass
@@ -31,6 +37,29 @@ class ModelBuilt:
     trials_this_run: int
     in_history_before: int
     seconds: float
+    #: tasks of the model with the whole budget in the history
+    tasks_at_budget: int = 0
+    #: the build stopped in this model (Ctrl-C or its time limit): the rest of its tasks wait for a rerun
+    stopped: bool = False
+
+
+class _BuildProgress(ProgressSink):
+    """One line a minute while a model tunes; asks the run to stop (after the batch in flight) at the deadline."""
+
+    def __init__(self, label: str, say: Callable[[str], None], deadline: float | None, clock: Callable[[], float]) -> None:
+        self.label, self.say, self.deadline, self.clock = label, say, deadline, clock
+        self.stop: Any = None  # the run's StopSignal, set once the pipeline exists
+        self.timed_out = False
+        self._last = clock()
+
+    def on_batch(self, progress: TuneProgress, task: TaskProgress) -> None:
+        now = self.clock()
+        if now - self._last >= PROGRESS_EVERY_SEC:
+            self._last = now
+            self.say(f"{self.label}: {progress.done} of up to {progress.budget} trials, {progress.elapsed / 60:.0f} min")
+        if self.deadline is not None and now >= self.deadline and self.stop is not None and not self.stop.event.is_set():
+            self.timed_out = True
+            self.stop.event.set()
 
 
 def build_library(
@@ -44,16 +73,23 @@ def build_library(
     top_k: int = DEFAULT_TOP_K,
     tracker: str | None = None,
     key: str | None = None,
+    hours: float | None = None,
     say: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[ModelBuilt], ScheduleLibrary | None]:
     """Tune every model of ``zoo`` at ``budget_per_workload`` trials per task into ``db``; export to ``out``.
 
     ``tracker``/``key`` name a board (farm) to measure on; without them the loopback board of this host.
+    ``hours``: stop measuring after that long (the batch in flight finishes), write the library of what the
+    history holds and return; the same call resumes. Ctrl-C writes it too, then raises as a tune does.
     """
-    from .pipeline import TuneOptions, TuningPipeline, run_tune
+    from .pipeline import TuneOptions, TuningPipeline
+    from .summary import TuneSummary
 
     if budget_per_workload < 1:
         raise OptionError(f"--budget must be >= 1 trial per workload, got {budget_per_workload} instead")
+    if hours is not None and not hours > 0:
+        raise OptionError(f"--hours must be > 0, got {hours} instead")
     if not zoo:
         raise OptionError("the zoo must name at least one model, got none instead")
     # tuned from scratch, each task given the whole budget: the library must not depend on a library, and
@@ -63,37 +99,62 @@ def build_library(
         tuning={"max_trials_per_task": budget_per_workload, "schedules": "off", "early_stop": "none",
                 "minor_task_share": 0}
     )
-    built = []
+    deadline = None if hours is None else clock() + hours * 3600
+    built: list[ModelBuilt] = []
+    stopped: TuningInterrupted | None = None
+    timed_out = False
     for number, spec in enumerate(zoo, start=1):
+        if deadline is not None and clock() >= deadline:
+            say(f"time limit of {hours:g} h reached before {spec}: run the same command again to go on")
+            break
         out_dir = work_dir / _safe(spec)
         options = TuneOptions(profile=profile, model=spec, out_dir=out_dir, db=db, evaluate=False, tracker=tracker, key=key)
-        pipeline = TuningPipeline(options)
+        sink = _BuildProgress(f"[{number}/{len(zoo)}] {spec}", say, deadline, clock)
+        pipeline = TuningPipeline(options, sink)
+        sink.stop = pipeline.stop
         target, model = pipeline.check_inputs()
         tasks = len(pipeline.extract_tasks(target, model))
-        options.trials = budget_per_workload * tasks
+        options.trials = pipeline.trials = budget_per_workload * tasks
         say(f"[{number}/{len(zoo)}] {spec}: {tasks} tasks, up to {options.trials} trials")
         started = time.monotonic()
-        summary = run_tune(options)
+        try:
+            summary = pipeline.run()
+        except TuningInterrupted as interrupted:
+            summary, stopped = TuneSummary.load(out_dir), interrupted
+        at_budget = sum(t.trials_before + t.trials_this_run >= budget_per_workload for t in summary.tasks)
         built.append(ModelBuilt(spec, tasks, summary.trials.this_run, summary.trials.in_history_before,
-                                time.monotonic() - started))
+                                time.monotonic() - started, at_budget, stopped is not None))
         say(
             f"[{number}/{len(zoo)}] {spec}: {summary.trials.this_run} trials this run, "
             f"{summary.trials.in_history_before} in the history before, {built[-1].seconds:.0f} s"
+            + (f"; stopped with {at_budget} of its {tasks} tasks at the budget" if stopped else "")
         )
+        if stopped is not None:
+            # the time limit's stop, unless a Ctrl-C or kill came too: that one exits as a tune does
+            timed_out = sink.timed_out and pipeline.stop.signum is None
+            if timed_out:
+                say(f"time limit of {hours:g} h reached in {spec}: run the same command again to go on")
+            break
     library = None
-    if out is not None:
+    if out is not None and built:
         from ..history import open_history
         from ..measure.runner import timing_of
 
+        # a model the build stopped in is named with how far it got: a library user must not take it as done
+        covered = [f"{b.spec} ({b.tasks_at_budget} of its {b.tasks} tasks at the budget)" if b.stopped else b.spec
+                   for b in built]
         history = open_history(db, read_only=True, timing=timing_of(profile))
         try:
             target = profile.tvm_target()
             library = export_library(history, out, target, top_k=top_k, budget_per_workload=budget_per_workload,
-                                     zoo=zoo, measured_on=_measured_on(target, tracker),
+                                     zoo=covered, measured_on=_measured_on(target, tracker),
                                      conv_layout=_layout_of(profile.tuning.conv_layout, target))
         finally:
             history.close()
-        say(f"wrote {out}: {len(library.workloads)} workloads")
+        say(f"wrote {out}: {len(library.workloads)} workloads"
+            + (f" (the build stopped part-way; zoo: {', '.join(covered)})" if len(built) < len(zoo) or stopped else ""))
+    if stopped is not None and not timed_out:
+        raise stopped
     return built, library
 
 
@@ -126,5 +187,6 @@ def build_command(args: argparse.Namespace) -> int:
     from ..tasks.demo import ZOO
 
     build_library(list(args.zoo or ZOO), load_profile(args.profile), args.db, budget_per_workload=args.budget,
-                  work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key)
+                  work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key,
+                  hours=args.hours)
     return 0

@@ -82,6 +82,12 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
         source.close()
     assert unstated.header["budget_per_workload"] is None and unstated.header["budget_counts"] is None
     assert "budget: not recorded" in "\n".join(load_library(unstated.path).describe())
+    # the CLI's export records the zoo a history was built from (a build stopped part-way, exported by hand)
+    named = tmp_path / "named.schedules.gz"
+    result = run_cli("schedules", "export", str(named), "--db", str(source_db), "--budget", "4", "--zoo", "demo:tiny-cnn",
+                     "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert load_library(named).header["zoo"] == ["demo:tiny-cnn", "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)"]
 
     result = run_cli("schedules", "info", str(path))
     assert result.returncode == 0, result.stderr[-2000:]

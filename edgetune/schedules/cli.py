@@ -60,6 +60,8 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     export.add_argument("--profile", "-p", default="host", help="whose target's records are exported (default: host)")
     export.add_argument("--top-k", type=int, default=3, help="schedules kept per workload (default 3)")
     export.add_argument("--budget", type=int, help="the budget per workload the history was tuned at (recorded in the file)")
+    export.add_argument("--zoo", nargs="+", metavar="SPEC",
+                        help="the models the history was tuned from (recorded in the file, listed by info; put FILE before it)")
     export.set_defaults(func=_export)
     imp = actions.add_parser("import", help="add a library's schedules to a history (e.g. a team's PostgreSQL history)")
     imp.add_argument("file", metavar="FILE", help="library file to import")
@@ -89,7 +91,7 @@ def _export(args: argparse.Namespace) -> int:
     history = open_history(args.db, read_only=True, timing=timing_of(profile))
     try:
         library = export_library(history, args.file, profile.tvm_target(), top_k=args.top_k,
-                                 budget_per_workload=args.budget)
+                                 budget_per_workload=args.budget, zoo=args.zoo or ())
     finally:
         history.close()
     size = Path(args.file).stat().st_size

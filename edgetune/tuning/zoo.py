@@ -74,7 +74,7 @@ def build_library(
     tracker: str | None = None,
     key: str | None = None,
     hours: float | None = None,
-    say: Callable[[str], None] = print,
+    say: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[ModelBuilt], ScheduleLibrary | None]:
     """Tune every model of ``zoo`` at ``budget_per_workload`` trials per task into ``db``; export to ``out``.
@@ -85,6 +85,8 @@ def build_library(
     """
     from .pipeline import TuneOptions, TuningPipeline
     from .summary import TuneSummary
+
+    say = say or _print_now
 
     if budget_per_workload < 1:
         raise OptionError(f"--budget must be >= 1 trial per workload, got {budget_per_workload} instead")
@@ -156,6 +158,11 @@ def build_library(
     if stopped is not None and not timed_out:
         raise stopped
     return built, library
+
+
+def _print_now(message: str) -> None:
+    """A build runs for hours, often into a log file: each line there at once, not when the buffer fills."""
+    print(message, flush=True)
 
 
 def _layout_of(conv_layout: str, target: Any) -> str:

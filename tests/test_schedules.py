@@ -87,7 +87,12 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
     result = run_cli("schedules", "export", str(named), "--db", str(source_db), "--budget", "4", "--zoo", "demo:tiny-cnn",
                      "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert load_library(named).header["zoo"] == ["demo:tiny-cnn", "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)"]
+    exported = load_library(named)
+    assert exported.header["zoo"] == ["demo:tiny-cnn", "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)"]
+    from edgetune.tasks.graph import layout_name
+
+    # the layout the profile tunes convolutions in, as build records it (NCHW16c on AVX-512)
+    assert exported.header["conv_layout"] == layout_name(profile.tuning.conv_layout, target) != ""
 
     result = run_cli("schedules", "info", str(path))
     assert result.returncode == 0, result.stderr[-2000:]

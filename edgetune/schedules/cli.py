@@ -85,13 +85,15 @@ def _export(args: argparse.Namespace) -> int:
     from ..history import open_history
     from ..measure.runner import timing_of
     from ..profile import load_profile
+    from ..tasks.graph import layout_name
     from .library import export_library
 
     profile = load_profile(args.profile)
     history = open_history(args.db, read_only=True, timing=timing_of(profile))
     try:
-        library = export_library(history, args.file, profile.tvm_target(), top_k=args.top_k,
-                                 budget_per_workload=args.budget, zoo=args.zoo or ())
+        target = profile.tvm_target()
+        library = export_library(history, args.file, target, top_k=args.top_k, budget_per_workload=args.budget,
+                                 zoo=args.zoo or (), conv_layout=layout_name(profile.tuning.conv_layout, target))
     finally:
         history.close()
     size = Path(args.file).stat().st_size

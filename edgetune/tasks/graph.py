@@ -189,6 +189,14 @@ def is_blocked(conv_layout: str) -> bool:
     return conv_layout.startswith("NCHW") and conv_layout.endswith("c")
 
 
+def layout_name(conv_layout: str, target: Any) -> str:
+    """The layout a profile's ``tuning.conv_layout`` tunes convolutions in, as a library names it (``NCHW16c``...)."""
+    layout = resolve_conv_layout(conv_layout, target)
+    if is_blocked(layout):
+        return f"NCHW{block_of(layout, target)}c"
+    return "NCHW (as imported)" if layout == "as-is" else layout
+
+
 def block_of(conv_layout: str, target: Any) -> int:
     """Channels per block of a blocked layout: the target's vector lanes for ``NCHWc``, else the layout's own."""
     digits = conv_layout[len("NCHW"):-1]

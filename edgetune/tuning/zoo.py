@@ -141,6 +141,7 @@ def build_library(
     if out is not None and built:
         from ..history import open_history
         from ..measure.runner import timing_of
+        from ..tasks.graph import layout_name
 
         # a model the build stopped in is named with how far it got: a library user must not take it as done
         covered = [f"{b.spec} ({b.tasks_at_budget} of its {b.tasks} tasks at the budget)" if b.stopped else b.spec
@@ -150,7 +151,7 @@ def build_library(
             target = profile.tvm_target()
             library = export_library(history, out, target, top_k=top_k, budget_per_workload=budget_per_workload,
                                      zoo=covered, measured_on=_measured_on(target, tracker),
-                                     conv_layout=_layout_of(profile.tuning.conv_layout, target))
+                                     conv_layout=layout_name(profile.tuning.conv_layout, target))
         finally:
             history.close()
         say(f"wrote {out}: {len(library.workloads)} workloads"
@@ -163,16 +164,6 @@ def build_library(
 def _print_now(message: str) -> None:
     """A build runs for hours, often into a log file: each line there at once, not when the buffer fills."""
     print(message, flush=True)
-
-
-def _layout_of(conv_layout: str, target: Any) -> str:
-    """The layout the zoo's convolutions were tuned in, as a tune would name it (``NCHWc`` with its block)."""
-    from ..tasks.graph import block_of, resolve_conv_layout
-
-    layout = resolve_conv_layout(conv_layout, target)
-    if layout.startswith("NCHW") and layout.endswith("c"):
-        return f"NCHW{block_of(layout, target)}c"
-    return "NCHW (as imported)" if layout == "as-is" else layout
 
 
 def _measured_on(target: Any, tracker: str | None) -> str | None:

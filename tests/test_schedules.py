@@ -180,18 +180,21 @@ def test_merged_builds_list_their_zoo_in_one_notation(library_file, tmp_path) ->
     library = load_library(path)
     header = {k: v for k, v in library.header.items() if k not in ("format", "version", "workloads")}
     covered = [w for w in library.workloads if w.schedules][:2]
-    old = {**header, "zoo": ["demo:a@224 in NCHW16c", "demo:b@224 in NCHW16c"], "conv_layout": None}
+    old = {**header, "zoo": ["demo:a@224 in NCHW16c", "demo:b@224 in NCHW16c", "demo:transformer@128"],
+           "conv_layout": None}
     write_library(tmp_path / "old.schedules.gz", old, covered[:1])
     write_library(tmp_path / "new.schedules.gz", {**header, "zoo": ["demo:c@224 (3 of its 9 tasks at the budget)"],
                                                   "conv_layout": "NCHW16c"}, covered[1:])
     write_library(tmp_path / "other.schedules.gz", {**header, "zoo": ["demo:d@128"], "conv_layout": "NHWC"}, covered[1:])
     libs = {name: load_library(tmp_path / f"{name}.schedules.gz") for name in ("old", "new", "other")}
     same = merge_libraries([libs["old"], libs["new"]], tmp_path / "same.schedules.gz")
-    assert same.header["zoo"] == ["demo:a@224", "demo:b@224", "demo:c@224 (3 of its 9 tasks at the budget)"]
+    assert same.header["zoo"] == ["demo:a@224", "demo:b@224", "demo:transformer@128",
+                                  "demo:c@224 (3 of its 9 tasks at the budget)"]
     assert same.header["conv_layout"] == "NCHW16c"
     assert "(convolutions in NCHW16c)" in "\n".join(same.describe())
     mixed = merge_libraries([libs["old"], libs["other"]], tmp_path / "mixed.schedules.gz")
-    assert mixed.header["zoo"] == ["demo:a@224 in NCHW16c", "demo:b@224 in NCHW16c", "demo:d@128 in NHWC"]
+    assert mixed.header["zoo"] == ["demo:a@224 in NCHW16c", "demo:b@224 in NCHW16c", "demo:transformer@128",
+                                   "demo:d@128 in NHWC"]
     assert mixed.header["conv_layout"] is None
 
 
@@ -535,10 +538,11 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
         assert path.name == f"{library.family}{SHIPPED_SUFFIX}"
         assert library.workloads and all(w.schedules for w in library.workloads)
     library = load_library(next(p for p in shipped if p.name.startswith("x86-64-avx512")))
-    assert "demo:resnet18@224 in NCHW16c" in library.header["zoo"]
+    assert "demo:resnet18@224" in library.header["zoo"] and library.header["conv_layout"] == "NCHW16c"
     # built in two steps and merged: each build's budget is stated, the zoo's later models are in it
-    assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 16]
-    assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224"} <= set(library.header["zoo"])
+    assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 32]
+    assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224", "demo:transformer-bert@128",
+            "demo:transformer@32"} <= set(library.header["zoo"])
     # the graph a tune prepares for this family by default: every convolution blocked, the stem and pool too
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     prepared = prepare_graph(load_model("demo:resnet18@224"), "auto", "full", target)

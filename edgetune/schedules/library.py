@@ -480,7 +480,8 @@ def _merged_zoo(parts: list[dict[str, Any]]) -> tuple[list[str], str | None]:
     """The zoo of merged builds in one notation, and their common layout (None when they differ).
 
     A build names its layout in ``conv_layout``; libraries of the first format wrote it into each zoo entry
-    ("demo:resnet18@224 in NCHW16c"). Joined as they were, ``info`` listed the two notations side by side.
+    ("demo:resnet18@224 in NCHW16c", and nothing for a model without convolutions). Joined as they were,
+    ``info`` listed the two notations side by side. An entry that names no layout fits any.
     """
     entries: list[tuple[str, str | None]] = []
     for part in parts:
@@ -490,9 +491,9 @@ def _merged_zoo(parts: list[dict[str, Any]]) -> tuple[list[str], str | None]:
                 entries.append((spec, layout))
             else:
                 entries.append((entry, part.get("conv_layout")))
-    layouts = {layout for _, layout in entries}
-    if len(layouts) == 1 and None not in layouts:
-        return list(dict.fromkeys(spec for spec, _ in entries)), layouts.pop()
+    layouts = {layout for _, layout in entries if layout}
+    if len(layouts) <= 1:
+        return list(dict.fromkeys(spec for spec, _ in entries)), next(iter(layouts), None)
     return list(dict.fromkeys(f"{spec} in {layout}" if layout else spec for spec, layout in entries)), None
 
 

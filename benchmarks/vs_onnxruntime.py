@@ -308,6 +308,13 @@ def main() -> int:
         rows = json.loads(args.from_raw.read_text())
         # the load of the run that measured them (rows written before per-row loads have none)
         loads = (rows[0].get("load_before", math.nan), rows[-1].get("load_after", math.nan)) if rows else (math.nan, math.nan)
+        # the reproducing command is the one that measured the rows, not this one's defaults
+        args.models = list(dict.fromkeys(row["model"].removeprefix("demo:") for row in rows)) or args.models
+        args.per_task = sorted({int(row["per_task"]) for row in rows}) or args.per_task
+        args.seeds = sorted({int(row["seed"]) for row in rows}) or args.seeds
+        schedules = list(dict.fromkeys(str(row.get("schedules")) for row in rows if row.get("schedules") not in (None, "")))
+        if schedules:  # a library file is reported by its name: the path it had is not in the rows
+            args.schedules = [s if s in ("off", "auto") else f"{s}.schedules.gz" for s in schedules]
         text = report(rows, args, loads)
     else:
         from edgetune.profile import load_profile

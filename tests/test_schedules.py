@@ -266,6 +266,92 @@ def test_a_tune_covered_by_the_library_delivers_its_schedules_after_one_trial_pe
     assert any("started from the library's schedule" in line for line in summary.library_lines())
 
 
+def test_a_default_that_beat_the_search_travels_in_the_library_and_is_what_a_tune_delivers(
+    library_file, tmp_path, loopback_board
+) -> None:
+    """A channel shuffle ran 5x faster unscheduled than anything the search found, yet the library left defaults out
+    and a tune from it measured the library's schedule instead of its default: a kernel slower than untuned.
+    Now the library keeps the default where it ranks and says how the default did; a tune from a library that does
+    not say (made before) measures a memory-bound task's default beside the library's schedule."""
+    import dataclasses
+    import shutil
+    import sqlite3
+
+    import tvm_ffi
+
+    from edgetune.history import open_history
+    from edgetune.search.default_schedule import is_default_json
+    from edgetune.tasks.inventory import classify
+
+    path, source_db, profile = library_file
+    target = profile.tvm_target()
+    assert all(w.default_latency_us is not None for w in load_library(path).workloads)  # the tune measured each
+    # a history where one memory-bound workload's default beat its tuned records (as a channel shuffle's did)
+    doctored = tmp_path / "history.db"
+    shutil.copy(source_db, doctored)
+    history = open_history(str(doctored), read_only=True, timing="flushed")
+    try:
+        by_workload: dict[str, list] = {}
+        for record, _board in history.successful_records(target, limit=10**6):
+            by_workload.setdefault(str(tvm_ffi.structural_hash(record.workload.mod)), []).append(record)
+    finally:
+        history.close()
+
+    def memory_bound(mod) -> bool:
+        return classify(next(f for _g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))) != "contraction"
+
+    shuffle = next(
+        shash for shash, records in by_workload.items()
+        if memory_bound(records[0].workload.mod) and any(is_default_json(r.trace.as_json()) for r in records)
+        and any(not is_default_json(r.trace.as_json()) for r in records)
+    )
+    fastest = min(float(np.mean([float(x) for x in r.run_secs])) for r in by_workload[shuffle])
+    with sqlite3.connect(doctored) as conn:
+        rows = conn.execute("SELECT r.id, r.trace_json FROM records r").fetchall()
+        default_ids = [i for i, trace in rows if is_default_json(json.loads(trace))]
+        for (wid,) in conn.execute("SELECT id FROM workloads WHERE shash = ?", (shuffle,)).fetchall():
+            conn.execute(f"UPDATE records SET mean_run_sec = ?, run_secs_json = ? WHERE workload_id = ? AND id IN "
+                         f"({','.join(map(str, default_ids))})", (fastest / 4, json.dumps([fastest / 4]), wid))
+    history = open_history(str(doctored), read_only=True, timing="flushed")
+    try:
+        library = export_library(history, tmp_path / "with-default.schedules.gz", target, top_k=2)
+    finally:
+        history.close()
+    entry = next(w for w in library.workloads if w.shash == shuffle)
+    assert is_default_json(entry.schedules[0].trace_json)  # the fastest, and first
+    assert entry.default_latency_us == pytest.approx(fastest / 4 * 1e6)
+    assert not any(is_default_json(s.trace_json) for w in library.workloads if w.shash != shuffle for s in w.schedules[:1]
+                   if w.default_latency_us > s.latency_us)
+
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path))
+    n_tasks = len(probe.extract_tasks(target, probe.check_inputs()[1]))
+    summary = tune(host_profile(loopback_board, schedules=library.path), loopback_board, tmp_path / "run", trials=n_tasks,
+                   evaluate=False)
+    task = next(t for t in summary.tasks if t.workload_hash == shuffle)
+    assert task.trials_this_run == 1 and task.kept_default  # the library's schedule is the untuned code: delivered
+    assert summary.trials.default_schedules == 0  # every other task trusted the library's word on its default
+
+    # the same library as edgetune wrote it before defaults were kept: no default, nothing said of it
+    old = [dataclasses.replace(w, default_latency_us=None,
+                               schedules=[s for s in w.schedules if not is_default_json(s.trace_json)])
+           for w in library.workloads]
+    header = {k: v for k, v in library.header.items() if k not in ("format", "version", "workloads")}
+    before = load_library(write_library(tmp_path / "before.schedules.gz", header, old))
+    summary = tune(host_profile(loopback_board, schedules=str(before.path)), loopback_board, tmp_path / "old-run",
+                   trials=n_tasks + 8, evaluate=False)
+    covered = {w.shash: w for w in before.workloads if w.schedules}
+    extracted = {str(tvm_ffi.structural_hash(t.dispatched[0])): t.dispatched[0]
+                 for t in probe.extract_tasks(target, probe.check_inputs()[1])}
+    expected_defaults = [h for h in covered if memory_bound(extracted[h])]
+    assert shuffle in expected_defaults
+    # defaults: the memory-bound covered tasks (beside their library schedule) and the tasks the library lacks
+    assert summary.trials.default_schedules == len(expected_defaults) + sum(1 for h in extracted if h not in covered)
+    task = next(t for t in summary.tasks if t.workload_hash == shuffle)
+    assert task.trials_this_run >= 2  # the library's schedule and the default, both measured: the faster is delivered
+
+
 def test_library_schedules_measures_the_libraries_best_few_and_keeps_the_fastest(library_file, tmp_path, loopback_board) -> None:
     """--library-schedules 2: a covered task measures the library's two best (one trial each) and delivers the faster."""
     path, _db, _profile = library_file

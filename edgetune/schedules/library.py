@@ -8,10 +8,14 @@ instead of from random ones. The file is gzip-compressed JSON lines:
   CPU family (:mod:`edgetune.common.cpu_family`), the budget per workload, the
   zoo it was built from and when;
 * one ``workload`` line per workload: its structural hash, the module
-  (``tvm.ir.save_json``), its operator signature and FLOPs;
+  (``tvm.ir.save_json``), its operator signature and FLOPs, and the latency
+  of its untuned default schedule where the history measured it;
 * one ``schedule`` line per kept trace (the best ``top_k`` of each workload):
   the trace, the mean latency and GFLOPS as measured, the target and board
   that measured it, and how many records the workload had (the budget it got).
+  The untuned default is one of them where it was among the fastest: on some
+  data-movement kernels (a channel shuffle's concat, reshape, transpose and
+  split) no schedule the search found beats the unscheduled code.
 
 Traces are stored, never compiled code: a tune measures a library schedule
 on its own board before relying on it (:mod:`edgetune.schedules.use`).
@@ -58,6 +62,9 @@ class LibraryWorkload:
     signature: list[str]  # operator signature: block names (edgetune.tasks.signature)
     flops: float
     schedules: list[LibrarySchedule] = field(default_factory=list)
+    #: the untuned default schedule's latency (us) where it was measured; None: not known (libraries made before
+    #: edgetune kept it), so a tune cannot tell whether the library's schedule beats the untuned code
+    default_latency_us: float | None = None
 
     _mod: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -114,12 +121,16 @@ class ScheduleLibrary:
         """
         import tvm.s_tir.meta_schedule as ms
 
+        from ..search.default_schedule import is_default_json
+
         out = []
         for workload in self.workloads:
             if signature is not None and tuple(workload.signature) != tuple(signature):
                 continue
             entry = ms.database.Workload(workload.mod)
             for schedule in workload.schedules:
+                if is_default_json(schedule.trace_json):
+                    continue  # the unscheduled code: nothing to transfer to another shape
                 key = (id(workload), id(schedule))
                 if key not in self._traces:
                     try:
@@ -152,6 +163,7 @@ class ScheduleLibrary:
              if h.get("budget_per_workload") else
              "budget: per build, below" if h.get("parts") else "budget: not recorded")
             + f" (records per workload: {_spread([s.records for w in self.workloads for s in w.schedules[:1]])})",
+            _defaults_line(self.workloads),
             "operators: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])),
         ]
         if h.get("zoo"):
@@ -169,6 +181,18 @@ class ScheduleLibrary:
                 lines.append(f"  [{number}] {part.get('created_at')}: {budget}; zoo{layout}: "
                              f"{', '.join(part.get('zoo') or []) or '-'}; from {part.get('source') or '?'}")
         return lines
+
+
+def _defaults_line(workloads: list[LibraryWorkload]) -> str:
+    """How the untuned defaults did: a tune trusts the library's word on them (:mod:`edgetune.schedules.use`)."""
+    from ..search.default_schedule import is_default_json
+
+    known = sum(1 for w in workloads if w.default_latency_us is not None)
+    if not known:
+        return "untuned defaults: not recorded (a tune measures a memory-bound task's own beside the library's schedule)"
+    fastest = sum(1 for w in workloads if w.schedules and is_default_json(w.schedules[0].trace_json))
+    return (f"untuned defaults: measured for {known} of {len(workloads)} workloads; the fastest schedule of {fastest} "
+            "(kept in the library, delivered as is)")
 
 
 def _operator(signature: list[str]) -> str:
@@ -201,6 +225,7 @@ def write_library(
             out.write(json.dumps({
                 "type": "workload", "id": index, "shash": workload.shash, "mod_json": workload.mod_json,
                 "signature": workload.signature, "flops": workload.flops,
+                "default_latency_us": workload.default_latency_us,
             }, sort_keys=True) + "\n")
             for schedule in workload.schedules:
                 out.write(json.dumps({"type": "schedule", "workload": index, **schedule.__dict__}, sort_keys=True) + "\n")
@@ -224,7 +249,9 @@ def export_library(
 
     Only records of the history handle's timing are read (open it with
     ``timing=timing_of(profile)``); the library says which timing it holds.
-    Default (untuned) schedules are left out: every tune measures its own.
+    A workload's untuned default schedule is kept among them where it ranks (a tune measures the library's
+    schedule instead of its own default, so the library must say where the default is the fastest), and its
+    latency is written beside the workload either way.
     ``min_records``: leave out workloads with fewer records than that (not yet tuned).
     ``measured_on``: the CPU the boards have, when the target's ``mcpu`` does not say it (a
     ``host-avx2`` build measures AVX2 code on an AVX-512 host).
@@ -249,14 +276,17 @@ def export_library(
     groups: dict[str, list[tuple[Any, str]]] = defaultdict(list)
     mods: dict[str, Any] = {}
     counts: dict[str, int] = defaultdict(int)
+    defaults: dict[str, float] = {}
     for record, board in history.successful_records(target, limit=10**7):
         mod = record.workload.mod
         shash = str(tvm_ffi.structural_hash(mod))
         mods.setdefault(shash, mod)
         counts[shash] += 1
         secs = [float(x) for x in record.run_secs]
-        if is_failed(secs) or is_default_trace(record.trace):
+        if is_failed(secs):
             continue
+        if is_default_trace(record.trace):
+            defaults[shash] = min(_mean(secs) * 1e6, defaults.get(shash, float("inf")))
         groups[shash].append((record, board))
     workloads = []
     for shash, entries in groups.items():
@@ -281,7 +311,8 @@ def export_library(
             ))
             if len(schedules) >= top_k:
                 break
-        workloads.append(LibraryWorkload(shash, tvm.ir.save_json(mod), list(operator_signature(mod)), flops, schedules))
+        workloads.append(LibraryWorkload(shash, tvm.ir.save_json(mod), list(operator_signature(mod)), flops, schedules,
+                                         defaults.get(shash)))
     family = family_of(target)
     header = {
         "edgetune_version": __version__,
@@ -363,8 +394,10 @@ def load_library(path: str | os.PathLike[str]) -> ScheduleLibrary:
     for number, obj in lines[1:]:
         try:
             if obj["type"] == "workload":
+                default = obj.get("default_latency_us")  # absent from libraries made before edgetune kept it
                 workloads[int(obj["id"])] = LibraryWorkload(
-                    str(obj["shash"]), str(obj["mod_json"]), list(obj["signature"]), float(obj["flops"])
+                    str(obj["shash"]), str(obj["mod_json"]), list(obj["signature"]), float(obj["flops"]),
+                    default_latency_us=None if default is None else float(default),
                 )
             elif obj["type"] == "schedule":
                 workloads[int(obj["workload"])].schedules.append(LibrarySchedule(
@@ -443,6 +476,9 @@ def merge_libraries(
                     workload.shash, workload.mod_json, list(workload.signature), workload.flops
                 )
             entry.schedules.extend(workload.schedules)
+            if workload.default_latency_us is not None:
+                known = entry.default_latency_us
+                entry.default_latency_us = min(workload.default_latency_us, known if known is not None else float("inf"))
     for entry in merged.values():
         seen: set[str] = set()
         kept = []

@@ -8,9 +8,12 @@ line and not used: the tune goes on without it.
 For a task whose exact workload is in the library, the library's best
 schedule (its best ``tuning.library_schedules``) is replayed on the task and
 measured on the board as the task's first candidate (one trial each, stored
-in the history like any other; the
-task's untuned default is not measured then: the library schedule was tuned
-to beat it). Other shapes of the same operator join the history's records
+in the history like any other). The task's untuned default is not measured
+then where the library says how the default did: it is one of the library's
+schedules where it was among the fastest (no search beat the unscheduled code
+of a channel shuffle's concat, reshape, transpose and split). Libraries made
+before edgetune kept that do not say: a memory-bound task from one of those
+measures its default too (:func:`default_unknown`). Other shapes of the same operator join the history's records
 as transfer seeds of the first batches (``tuning.transfer = "similar"``).
 """
 
@@ -104,6 +107,8 @@ def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -
     import tvm.s_tir.meta_schedule as ms
     from tvm.s_tir import Schedule
 
+    from ..search.default_schedule import default_schedule, is_default_json
+
     entry = library.find(context.mod)
     if entry is None or not entry.schedules:
         return []
@@ -112,6 +117,10 @@ def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -
     for schedule in entry.schedules:  # the best first; the next if one does not replay
         if len(replayed) == count:
             break
+        if is_default_json(schedule.trace_json):  # the untuned code, built as the default batch builds it
+            sch = default_schedule(context.mod)
+            replayed.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+            continue
         try:
             sch = Schedule(context.mod, seed=1, debug_mask="none")
             entry.trace(schedule).apply_to_schedule(sch, remove_postproc=True)
@@ -122,3 +131,24 @@ def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -
             continue
         replayed.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
     return replayed
+
+
+def default_unknown(context: Any, library: ScheduleLibrary) -> bool:
+    """Whether a task measured from ``library`` must measure its untuned default too.
+
+    True for a memory-bound task (a data-movement, elementwise or reduction
+    kernel) whose library entry does not say how its default did: a library
+    made before edgetune kept defaults. There the untuned code can beat every
+    tuned schedule (a channel shuffle ran 5x faster unscheduled); a convolution's
+    unscheduled loops never came near its tuned schedules, so compute-bound
+    tasks trust the library.
+    """
+    from tvm import tirx
+
+    from ..tasks.inventory import classify
+
+    entry = library.find(context.mod)
+    if entry is None or entry.default_latency_us is not None:
+        return False
+    funcs = [f for _g, f in context.mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    return bool(funcs) and classify(funcs[0]) != "contraction"

@@ -28,6 +28,15 @@ def is_default_trace(trace: Any) -> bool:
     return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)
 
 
+def is_default_json(trace_json: Any) -> bool:
+    """:func:`is_default_trace` of a trace as ``Trace.as_json()`` wrote it (``[[instruction...], decisions]``)."""
+    try:
+        kinds = [str(inst[0]) for inst in trace_json[0]]
+    except (TypeError, IndexError, KeyError):
+        return False
+    return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)
+
+
 def is_untuned_copy(trace: Any) -> bool:
     """True for a search candidate that is the untuned code again: a default trace, then only postprocessing.
 

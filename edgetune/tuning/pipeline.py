@@ -56,7 +56,7 @@ from ..tasks.graph import prepare_graph
 from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
 
-from ..schedules.use import LibraryChoice, choose_library, library_candidates
+from ..schedules.use import LibraryChoice, choose_library, default_unknown, library_candidates
 from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
@@ -490,8 +490,8 @@ class TuningPipeline:
             stored = cache.default_run_secs(ctx.mod)
             if stored is not None:
                 task.default_sec = _mean_or_none(stored)
-            elif task.index in plan.library_candidates:
-                pass  # the library's schedule is measured instead: it was tuned to beat the default
+            elif task.index in plan.library_candidates and not default_unknown(ctx, library.library):
+                pass  # the library's schedule is measured instead: it beat the default, or is the default
             elif self.profile.tuning.default_schedule and str(target.kind.name) == "llvm":
                 # off: the search starts at once. GPU targets' untuned code is TVM's default GPU
                 # schedule (dlight), not the unscheduled function, so there is no trace to measure.

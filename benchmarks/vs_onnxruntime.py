@@ -105,6 +105,12 @@ def run_model(
         f"{Path(name).stem if tflite else name}-seed{seed}" + (f"-graph-{graph}" if graph else "") + (f"-schedules-{_label(schedules)}" if schedules else "")
         + (f"-layout-{layout}" if layout else "") + (f"-flush-{flush}" if flush else "")
     )
+    # a run directory left by an earlier invocation holds its history: the first row would resume it, its trials
+    # served from there (device time 0), and time that run's schedules, not this code's
+    earlier = (out_dir / "history.db").exists()
+    if earlier:
+        print(f"warning: {out_dir} holds an earlier run's history: its rows resume it (pass a fresh --out to tune "
+              "from scratch)", file=sys.stderr, flush=True)
     options = TuneOptions(profile=profile, model=spec, out_dir=out_dir)
     pipeline = TuningPipeline(options)
     n_tasks = len(pipeline.extract_tasks(profile.tvm_target(), pipeline.check_inputs()[1]))
@@ -130,6 +136,7 @@ def run_model(
             "tune_wall_s": wall, "device_s": summary.seconds.device,
             "untuned_ms": summary.end_to_end.untuned_ms, "tuned_ms_on_board": summary.end_to_end.tuned_ms,
             "kept_default": [t.name for t in summary.tasks if getattr(t, "kept_default", False)],
+            "resumed_earlier_run": earlier,
             **timing, "ratio": timing["tvm_ms"] / timing["baseline_ms"],
         })
         print(json.dumps(rows[-1]), flush=True)

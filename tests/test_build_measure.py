@@ -79,6 +79,36 @@ def test_builder_builds_and_runner_measures(candidates, loopback_board):
     assert not os.path.exists(artifact_dir)  # close() removes every artifact
 
 
+def _worker_pids(builder: WarmBuilder) -> set[int]:
+    builder.start()
+    return {builder._pool.submit(os.getpid).result() for _ in range(8)}
+
+
+def test_a_closed_builders_workers_serve_the_next_builder_of_its_settings(candidates, monkeypatch):
+    """A benchmark, a zoo build or a test session runs many tunes in one process: each used to start its workers."""
+    _ctx, found = candidates
+    first = WarmBuilder(timeout_sec=61, max_workers=1)
+    pids = _worker_pids(first)
+    first.close()
+    with closing(WarmBuilder(timeout_sec=61, max_workers=1)) as second:
+        assert _worker_pids(second) == pids  # the same warm worker
+        (result,) = second.build([BuilderInput(found[0].sch.mod, HOST)])
+        assert result.error_msg is None and os.path.exists(str(result.artifact_path))
+    # other settings, or another environment (what the workers inherit), start their own; one idle pool at most
+    with closing(WarmBuilder(timeout_sec=62, max_workers=1)) as other:
+        assert _worker_pids(other).isdisjoint(pids)
+    monkeypatch.setenv("EDGETUNE_TEST_WORKER_ENV", "1")
+    with closing(WarmBuilder(timeout_sec=61, max_workers=1)) as changed:
+        assert _worker_pids(changed).isdisjoint(pids)
+    from edgetune.builder import builder as module
+
+    assert len(module._idle_pools) == 1
+    stopped = WarmBuilder(timeout_sec=63, max_workers=1)
+    stopped.start()
+    stopped.close(keep_workers=False)
+    assert len(module._idle_pools) == 1 and stopped._pool is None
+
+
 def test_build_timeout_is_data_and_workers_recover(candidates):
     _ctx, found = candidates
     with closing(WarmBuilder(timeout_sec=0.001, max_workers=1)) as builder:

@@ -3,8 +3,10 @@
 Stock MetaSchedule's ``LocalBuilder`` starts a new process pool for every batch
 and each worker imports all of ``tvm.s_tir.tensor_intrin`` (20-45 s on a small
 host), so on a 2-core machine whole batches die at its 30 s timeout. Here the
-pool is started once per tuning run; a worker imports ``tvm`` once (about 1.5 s)
-and then compiles one candidate in a fraction of a second. A worker is
+pool is started once per process and kept between tuning runs (a benchmark, a
+zoo build or a test session runs many in one process: each paid about 1 s of
+start-up); a worker imports ``tvm`` once (about 1.5 s) and then compiles one
+candidate in a fraction of a second. A worker is
 recycled after ``max_uses`` builds to bound the memory TVM leaks per build, and
 a build that exceeds ``timeout_sec`` is killed and reported as data
 (``BuilderResult.error_msg``), never raised.
@@ -15,6 +17,8 @@ compiler, so the board needs no compiler of its own.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
 import shutil
 import tempfile
@@ -111,6 +115,42 @@ def _warm_up() -> None:
     import tvm.s_tir.transform  # noqa: F401
 
 
+#: the started pool no builder uses now (at most one), by how it was started: a closed builder leaves its pool here
+#: and the next builder of the same settings takes it, its workers already warm
+_idle_pools: dict[tuple[Any, ...], PopenPoolExecutor] = {}
+_idle_lock = threading.Lock()
+
+
+def _pool_key(max_workers: int, timeout_sec: float, max_uses: int) -> tuple[Any, ...]:
+    """Pools are shared only between builders whose workers would be started alike, environment included."""
+    environment = hashlib.sha256(repr(sorted(os.environ.items())).encode()).hexdigest()
+    return (max_workers, timeout_sec, max_uses, environment)
+
+
+def _take_idle_pool(key: tuple[Any, ...]) -> PopenPoolExecutor | None:
+    with _idle_lock:
+        return _idle_pools.pop(key, None)
+
+
+def _leave_idle_pool(key: tuple[Any, ...], pool: PopenPoolExecutor) -> None:
+    """Keep ``pool`` for the next builder; the one kept before is stopped (idle workers hold memory)."""
+    with _idle_lock:
+        older = list(_idle_pools.values())
+        _idle_pools.clear()
+        _idle_pools[key] = pool
+    for other in older:
+        other.shutdown(wait=False)
+
+
+@atexit.register
+def _shut_idle_pools() -> None:
+    with _idle_lock:
+        pools = list(_idle_pools.values())
+        _idle_pools.clear()
+    for pool in pools:
+        pool.shutdown(wait=False)
+
+
 @derived_object
 class WarmBuilder(PyBuilder):
     """A MetaSchedule builder that keeps its compile workers across batches.
@@ -161,6 +201,7 @@ class WarmBuilder(PyBuilder):
         self.artifact_dir = tempfile.mkdtemp(prefix="edgetune-build-")
         self.stats = BuildStats()
         self._pool: PopenPoolExecutor | None = None
+        self._pool_key: tuple[Any, ...] = ()
         self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------
@@ -170,6 +211,10 @@ class WarmBuilder(PyBuilder):
         """Start the workers now (otherwise they start on the first build)."""
         with self._lock:
             if self._pool is None:
+                self._pool_key = _pool_key(self.max_workers, self.timeout_sec, self.max_uses)
+                self._pool = _take_idle_pool(self._pool_key)
+                if self._pool is not None:
+                    return  # a pool a closed builder left, its workers warm
                 self._pool = PopenPoolExecutor(
                     max_workers=self.max_workers,
                     timeout=self.timeout_sec,
@@ -184,11 +229,17 @@ class WarmBuilder(PyBuilder):
                     except Exception:  # a worker that failed warming up is replaced on first use
                         pass
 
-    def close(self) -> None:
-        """Stop the workers and delete every artifact this builder wrote."""
+    def close(self, keep_workers: bool = True) -> None:
+        """Delete every artifact this builder wrote; its workers wait for the next builder of this process.
+
+        ``keep_workers=False`` stops them instead.
+        """
         with self._lock:
             if self._pool is not None:
-                self._pool.shutdown(wait=False)
+                if keep_workers:
+                    _leave_idle_pool(self._pool_key, self._pool)
+                else:
+                    self._pool.shutdown(wait=False)
                 self._pool = None
         shutil.rmtree(self.artifact_dir, ignore_errors=True)
 

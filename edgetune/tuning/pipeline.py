@@ -455,7 +455,7 @@ class TuningPipeline:
                     signum=self.stop.signum,
                 )
             if isinstance(session.builder, WarmBuilder):
-                session.builder.close()  # free the workers' memory before whole-model builds
+                session.builder.close()  # its artifacts go; its workers wait idle for this process's next run
             if self.options.evaluate:
                 session.progress.phase = "compiling and measuring the whole model on the device"
                 self.sink.on_phase(session.progress)

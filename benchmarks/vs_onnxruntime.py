@@ -25,6 +25,8 @@ Usage::
   python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 8 16 --schedules off --conv-layout as-is NCHWc   # layouts
   python benchmarks/vs_onnxruntime.py --models resnet18 --per-task 8 16 --schedules off --cache-flush off on   # cold-cache timing
   python benchmarks/vs_onnxruntime.py --models mobilenetv2 edgetune-out/tflite/mobilenet_v2-224.tflite --per-task 8   # + LiteRT
+  python benchmarks/vs_onnxruntime.py --models transformer-bert@128 --per-task 1 --prepack-weights off on   # weight prepacking
+  python benchmarks/vs_onnxruntime.py --from-raw rows.json --retime --raw retimed.json   # time the kept models again, quietly
 
 A ``.tflite`` model (written by ``benchmarks/make_tflite.py``, Keras applications
 with random weights) is tuned from that file and timed against LiteRT with its
@@ -46,6 +48,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -79,7 +82,7 @@ def time_interleaved(
 
 def run_model(
     name: str, seed: int, per_task: list[int], args: argparse.Namespace, graph: str | None = None, schedules: str | None = None,
-    layout: str | None = None, flush: str | None = None,
+    layout: str | None = None, flush: str | None = None, prepack: str | None = None,
 ) -> list[dict[str, Any]]:
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
@@ -96,6 +99,8 @@ def run_model(
         overrides["schedules"] = schedules
     if layout is not None:
         overrides["conv_layout"] = layout
+    if prepack is not None:
+        overrides["prepack_weights"] = prepack == "on"
     profile = profile.with_overrides(tuning=overrides)
     if flush is not None:
         profile = profile.with_overrides(measure={"enable_cpu_cache_flush": flush == "on"})
@@ -104,6 +109,7 @@ def run_model(
     out_dir = args.out / (
         f"{Path(name).stem if tflite else name}-seed{seed}" + (f"-graph-{graph}" if graph else "") + (f"-schedules-{_label(schedules)}" if schedules else "")
         + (f"-layout-{layout}" if layout else "") + (f"-flush-{flush}" if flush else "")
+        + (f"-prepack-{prepack}" if prepack else "")
     )
     # a run directory left by an earlier invocation holds its history: the first row would resume it, its trials
     # served from there (device time 0), and time that run's schedules, not this code's
@@ -122,11 +128,14 @@ def run_model(
         summary = run_tune(options)
         wall = time.monotonic() - started
         runtime = "litert" if tflite else "onnxruntime"
+        # the next point resumes into the same run directory and replaces model.so: keep this point's, for --retime
+        kept = out_dir / f"model-{per}-per-task{Path(str(summary.artifact)).suffix}"
+        shutil.copy2(summary.artifact, kept)
         timing = time_interleaved(summary.artifact, model.bytes_for("tflite" if tflite else "onnx"), inputs,
                                   profile.device.num_threads, args.rounds, args.number, runtime)
         rows.append({
             "model": spec, "graph": profile.tuning.graph_optimization, "conv_layout": profile.tuning.conv_layout, "schedules": _label(profile.tuning.schedules),
-            "cache_flush": profile.measure.enable_cpu_cache_flush,
+            "cache_flush": profile.measure.enable_cpu_cache_flush, "prepack_weights": profile.tuning.prepack_weights,
             "library_used": bool(summary.schedules and summary.schedules.get("used")),
             "library_tasks": sum(t.library_latency_us is not None for t in summary.tasks),
             "seed": seed, "per_task": per, "tasks": n_tasks,
@@ -136,11 +145,36 @@ def run_model(
             "tune_wall_s": wall, "device_s": summary.seconds.device,
             "untuned_ms": summary.end_to_end.untuned_ms, "tuned_ms_on_board": summary.end_to_end.tuned_ms,
             "kept_default": [t.name for t in summary.tasks if getattr(t, "kept_default", False)],
-            "resumed_earlier_run": earlier,
+            "resumed_earlier_run": earlier, "artifact_kept": str(kept),
             **timing, "ratio": timing["tvm_ms"] / timing["baseline_ms"],
         })
         print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def retime(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Time each row's kept model again against its baseline, now: rows tuned beside other work are re-timed quietly."""
+    from edgetune.profile import load_profile
+    from edgetune.tasks import load_model
+
+    threads = load_profile(args.profile).device.num_threads
+    retimed = []
+    for row in rows:
+        artifact = Path(row.get("artifact_kept") or "")
+        if not artifact.is_file():
+            raise SystemExit(f"vs_onnxruntime: --retime needs each row's kept model, got {str(artifact)!r} instead "
+                             "(rows written before artifact_kept cannot be re-timed)")
+        tflite = row["model"].endswith(".tflite")
+        model = load_model(row["model"])
+        inputs = {s.name: model.random_inputs(seed=0)[s.name] for s in model.inputs}
+        load_before = os.getloadavg()[0]
+        timing = time_interleaved(artifact, model.bytes_for("tflite" if tflite else "onnx"), inputs, threads,
+                                  args.rounds, args.number, row.get("baseline", "onnxruntime"))
+        retimed.append({**row, **timing, "ratio": timing["tvm_ms"] / timing["baseline_ms"], "retimed": True,
+                        "load_before": load_before, "load_after": os.getloadavg()[0],
+                        "tuned_load": [row.get("load_before"), row.get("load_after")]})
+        print(json.dumps(retimed[-1]), flush=True)
+    return retimed
 
 
 def _label(schedules: str | None) -> str:
@@ -165,11 +199,14 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
     variants = sorted({(_graph_cell(r), r.get("schedules", "-")) for r in rows})
     layouts = {r.get("conv_layout", "as-is") for r in rows}
     flushes = {r.get("cache_flush", False) for r in rows}
+    prepacks = {r.get("prepack_weights", False) for r in rows}
     lines = [
         "## edgetune vs LiteRT on the same CPU: .tflite models as a TensorFlow user has them (issue 29)"
         if any(r.get("baseline") == "litert" for r in rows)
         else "## edgetune vs ONNX Runtime: convolution layouts side by side at equal trials (issue 26)"
         if len(layouts) > 1
+        else "## edgetune vs ONNX Runtime: weights as imported and prepacked in each schedule's layout, side by side"
+        if len(prepacks) > 1
         else "## edgetune vs ONNX Runtime: candidates timed with warm and with flushed caches, side by side (issue 26)"
         if len(flushes) > 1
         else "## edgetune vs ONNX Runtime: tunes that start from the schedule library (issue 27)"
@@ -188,6 +225,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         + (f" --schedules {' '.join(s for s in args.schedules if s)}" if any(args.schedules) else "")
         + (f" --conv-layout {' '.join(x for x in args.conv_layout if x)}" if any(args.conv_layout) else "")
         + (f" --cache-flush {' '.join(x for x in args.cache_flush if x)}" if any(args.cache_flush) else "")
+        + (f" --prepack-weights {' '.join(x for x in args.prepack_weights if x)}" if any(args.prepack_weights) else "")
         + " --write-results`",
         "",
         f"Each model tuned by `run_tune` with profile `{args.profile}` (what `edgetune tune` runs), budgets resumed "
@@ -198,7 +236,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, load: tuple[flo
         "",
         "On the board = the tuned model as `edgetune tune` measured it on its (loopback) board, alone, without ONNX "
         "Runtime in the process. Graph = `tuning.graph_optimization` (and `tuning.conv_layout` when not as-is; "
-        "`flush` when candidates were timed with `measure.enable_cpu_cache_flush`). Kernels = sum over tasks of weight x best latency as measured while tuning; "
+        "`flush` when candidates were timed with `measure.enable_cpu_cache_flush`; `prepack` with `tuning.prepack_weights`). Kernels = sum over tasks of weight x best latency as measured while tuning; "
         "whole / kernels = the tuned model on the board over that sum (above 1: time outside the kernels). Load = 1-minute "
         "load average before / after the row.",
         "",
@@ -265,7 +303,10 @@ def _model_name(value: str) -> str:
 
 def _graph_cell(row: dict[str, Any]) -> str:
     layout = row.get("conv_layout", "as-is")
-    return row.get("graph", "-") + ("" if layout == "as-is" else f", {layout}") + (", flush" if row.get("cache_flush") else "")
+    return (
+        row.get("graph", "-") + ("" if layout == "as-is" else f", {layout}") + (", flush" if row.get("cache_flush") else "")
+        + (", prepack" if row.get("prepack_weights") else "")
+    )
 
 
 def _library_cell(row: dict[str, Any]) -> str:
@@ -301,24 +342,41 @@ def main() -> int:
         help="tune each model once per measure.enable_cpu_cache_flush (candidates timed with flushed caches, as inside "
         "a model, or warm), side by side; default: the profile's",
     )
+    parser.add_argument(
+        "--prepack-weights", nargs="+", default=[None], choices=["on", "off"],
+        help="tune each model once per tuning.prepack_weights (weights stored in the layout each schedule reads, "
+        "or as imported), side by side; default: the profile's",
+    )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/vs-onnxruntime"))
     parser.add_argument("--raw", type=Path, help="also write every row as JSON here")
     parser.add_argument("--from-raw", type=Path, help="report the rows of an earlier --raw file instead of running")
+    parser.add_argument("--retime", action="store_true",
+                        help="with --from-raw: time each row's kept model against its baseline again, now (tune beside "
+                        "other work, time on a quiet machine); with --raw, the re-timed rows are written there")
     parser.add_argument("--write-results", action="store_true")
     parser.add_argument("--section", help="the RESULTS.md section to replace (default: named after the options compared)")
     args = parser.parse_args()
+    if args.retime and not args.from_raw:
+        parser.error("--retime needs --from-raw FILE: the rows whose kept models it times again")
     if args.per_task != sorted(args.per_task):
         parser.error(f"--per-task must be ascending, got {args.per_task} instead")
     if args.from_raw:
         rows = json.loads(args.from_raw.read_text())
+        if args.retime:
+            rows = retime(rows, args)
+            if args.raw:
+                args.raw.write_text(json.dumps(rows, indent=1))
         # the load of the run that measured them (rows written before per-row loads have none)
         loads = (rows[0].get("load_before", math.nan), rows[-1].get("load_after", math.nan)) if rows else (math.nan, math.nan)
         # the reproducing command is the one that measured the rows, not this one's defaults
         args.models = list(dict.fromkeys(row["model"].removeprefix("demo:") for row in rows)) or args.models
         args.per_task = sorted({int(row["per_task"]) for row in rows}) or args.per_task
         args.seeds = sorted({int(row["seed"]) for row in rows}) or args.seeds
+        prepacks = list(dict.fromkeys(row["prepack_weights"] for row in rows if "prepack_weights" in row))
+        if len(prepacks) > 1:
+            args.prepack_weights = ["on" if p else "off" for p in prepacks]
         schedules = list(dict.fromkeys(str(row.get("schedules")) for row in rows if row.get("schedules") not in (None, "")))
         if schedules:  # a library file is reported by its name: the path it had is not in the rows
             args.schedules = [s if s in ("off", "auto") else f"{s}.schedules.gz" for s in schedules]
@@ -335,7 +393,8 @@ def main() -> int:
                     for schedules in args.schedules:
                         for layout in args.conv_layout:
                             for flush in args.cache_flush:
-                                rows += run_model(name, seed, args.per_task, args, graph, schedules, layout, flush)
+                                for prepack in args.prepack_weights:
+                                    rows += run_model(name, seed, args.per_task, args, graph, schedules, layout, flush, prepack)
                 if args.raw:
                     args.raw.write_text(json.dumps(rows, indent=1))
         text = report(rows, args, (load_start, os.getloadavg()[0]))
@@ -347,6 +406,7 @@ def main() -> int:
         write_section(
             text, args.section or MARK + ("_graph" if len(args.graph_optimization) > 1 else "") + ("_library" if any(args.schedules) else "")
             + ("_layout" if len(args.conv_layout) > 1 else "") + ("_flush" if len(args.cache_flush) > 1 else "")
+            + ("_prepack" if len(args.prepack_weights) > 1 else "")
             + ("_litert" if any(str(name).endswith(".tflite") for name in args.models) else "")
         )
     return 0

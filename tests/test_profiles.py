@@ -510,6 +510,11 @@ def test_each_key_is_declared_once_and_the_checks_flags_and_keywords_follow() ->
         assert flag.key in SECTIONS[flag.section]
         assert keywords[name].kind is inspect.Parameter.KEYWORD_ONLY and keywords[name].default is None
         assert f"[{flag.dotted}]" in edgetune.tune.__doc__
+        if flag.type is bool:  # --x / --no-x
+            assert getattr(parser.parse_args(["tune", "--model", "m.onnx", flag.option]), name) is True
+            assert getattr(parser.parse_args(["tune", "--model", "m.onnx", flag.option.replace("--", "--no-", 1)]), name) is False
+            assert getattr(parser.parse_args(["tune", "--model", "m.onnx"]), name) is None  # the profile's
+            continue
         value = flag.choices[-1] if flag.choices else "3"
         args = parser.parse_args(["tune", "--model", "m.onnx", flag.option, value])
         assert getattr(args, name) == (int(value) if flag.type is int else value)

@@ -46,11 +46,13 @@ class LatencyStats:
         return asdict(self)
 
 
-def compile_model(mod: Any, target: Any, history: Any | None = None) -> Any:
+def compile_model(mod: Any, target: Any, history: Any | None = None, prepack_weights: bool = False) -> Any:
     """A Relax executable: with ``history``, tuned functions use its best records.
 
     Without a history the default Relax pipeline builds every operator
     unscheduled: that is the "untuned" baseline a summary compares against.
+    ``prepack_weights`` must be what the tasks were extracted with
+    (:func:`edgetune.tasks.models.prepare_for_tuning`), or the records do not apply.
     """
     import tvm
     from tvm import relax
@@ -58,9 +60,88 @@ def compile_model(mod: Any, target: Any, history: Any | None = None) -> Any:
     if history is None:
         with tvm.transform.PassContext(opt_level=3):
             return relax.build(mod, target=target)
-    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
+    if not prepack_weights:
+        from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
-    return compile_relax(history.for_target(target), mod, target, params=None)
+        return compile_relax(history.for_target(target), mod, target, params=None)
+    return _compile_prepacked(history.for_target(target), mod, target)
+
+
+def _compile_prepacked(database: Any, mod: Any, target: Any) -> Any:
+    """``compile_relax``'s CPU pipeline, with each schedule's weight layout applied to the weights once, here."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=3)
+    def _pipeline(mod: Any, _ctx: Any) -> Any:
+        return tvm.transform.Sequential(_lowering_passes(target))(prepacked_module(mod, target))
+
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=target, relax_pipeline=_pipeline)
+
+
+def prepacked_module(mod: Any, target: Any) -> Any:
+    """The model with the database in scope applied, its weights rewritten into the layouts the schedules read.
+
+    A record tuned with ``RewriteLayout`` reads its constant weights in the
+    layout of its loops; ``SplitLayoutRewritePreproc`` moves that rewrite into a
+    function of the weight alone and ``FoldConstant`` runs it at build time, as
+    TVM's ``static_shape_tuning_pipeline(cpu_weight_prepack=True)`` does for
+    weights that are constants (ours are: the importers bind them). Call it
+    with the target and a MetaSchedule database entered.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    from ..tasks.models import prepare_for_tuning
+
+    mod = prepare_for_tuning(mod, target, prepack_weights=True)  # the workloads the tasks were
+    mod = _unmarked_where_tuned_plain(mod, target)
+    mod = MetaScheduleApplyDatabase()(mod)
+    with tvm.transform.PassContext(opt_level=3):
+        return tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()])(mod)
+
+
+def _unmarked_where_tuned_plain(mod: Any, target: Any) -> Any:
+    """Kernels the database knows only as tuned without prepacking (a history from before it) take those records.
+
+    Marking a kernel's weights makes it another workload to MetaSchedule; without
+    this, a model deployed from such a history would build those kernels untuned.
+    """
+    from tvm import tirx
+    from tvm.s_tir.meta_schedule.database import Database
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    from ..tasks.models import LAYOUT_FREE
+
+    database = Database.current()
+    for gv, func in list(mod.functions_items()):
+        if not (isinstance(func, tirx.PrimFunc) and func.attrs is not None and LAYOUT_FREE in func.attrs):
+            continue
+        plain = func.without_attr(LAYOUT_FREE)
+        name = gv.name_hint
+        if (database.query_tuning_record(_normalize_mod(func), target, name) is None
+                and database.query_tuning_record(_normalize_mod(plain), target, name) is not None):
+            mod[gv] = plain
+    return mod
+
+
+def _lowering_passes(target: Any) -> list[Any]:
+    """What ``compile_relax`` runs after applying the database: the target's lowering, or the generic one."""
+    from tvm import relax
+    from tvm.relax import pipeline as relax_pipeline
+
+    try:
+        return [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
+    except (ValueError, AttributeError):  # TVM 0.27's CPU backend registers neither (compile_relax falls back too)
+        transform = relax.transform
+        return [
+            transform.RewriteDataflowReshape(), transform.ToNonDataflow(), transform.RemovePurityChecking(),
+            transform.CallTIRRewrite(), transform.StaticPlanBlockMemory(), transform.LowerAllocTensor(),
+            transform.KillAfterLastUse(), transform.LowerRuntimeBuiltin(), transform.ComputePrimValue(),
+            transform.VMShapeLower(), transform.AttachGlobalSymbol(),
+        ]
 
 
 def export_model(executable: Any, path: str | Path, profile: DeviceProfile) -> Path:

@@ -61,6 +61,7 @@ from edgetune.history.sql import (
     target_json,
 )
 from edgetune.history.sql_claims import SqlClaims
+from edgetune.history.trace_codec import record_as_json
 from edgetune.history.sql_operations import SqlOperations
 from edgetune.history.store import HistoryStore, StoredWorkload
 
@@ -434,7 +435,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
 
     def commit_served(self, record: TuningRecord) -> int:
         """Store a candidate served from the history; a row for it under any board is kept as it is."""
-        trace_json, _run_secs, target_cfg, _args = record.as_json()
+        trace_json, _run_secs, target_cfg, _args = record_as_json(record)
         with self._access("commit a served candidate", write=True) as engine:
             entry = self._commit(engine, record.workload)
             with engine.connect() as conn:
@@ -469,7 +470,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         return rows
 
     def _commit_record(self, record: TuningRecord, error: str | None, board: str | None = None) -> int:
-        trace_json, run_secs, target_cfg, args_info = record.as_json()
+        trace_json, run_secs, target_cfg, args_info = record_as_json(record)
         failed = error is not None or is_failed(run_secs)
         trace_text = canonical(trace_json)
         update = {
@@ -656,9 +657,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             if entry is None:
                 return None
             # Serialise exactly as a committed record would be, so the hashes agree.
-            trace_json, _, target_cfg, _ = TuningRecord(
-                trace, entry.workload, None, target
-            ).as_json()
+            trace_json, _, target_cfg, _ = record_as_json(TuningRecord(trace, entry.workload, None, target))
             return conn.execute(
                 sa.select(records.c.run_secs_json, records.c.error)
                 .where(

@@ -349,6 +349,13 @@ class TuningSettings:
         "same threads and input (the embedded board only, so far): onnxruntime (an ONNX model), litert (a .tflite "
         "model), both comma-separated, or none (default)",
     )
+    # MetaSchedule's RewriteLayout on CPU targets: a schedule may keep a constant weight in the layout its loops read,
+    # rewritten once at build time (edgetune/artifact/compile.py); changes the tasks' workloads, not the model's outputs
+    prepack_weights: bool = declare(
+        _boolean(), False,
+        flag="let each dense/convolution schedule store its constant weights in the layout its loops read, rewritten "
+        "once when the model is built (CPU targets; MetaSchedule's RewriteLayout, TVM's cpu_weight_prepack)",
+    )
     minor_task_share: float = declare(_number(at_least=0), 0.01)
     minor_task_trials: int = declare(_integer(1), 2)
     # measure each task's untuned code (its default schedule) as one trial before the search, so the

@@ -47,7 +47,7 @@ DEFAULT_TOP_K = 3
 class LibrarySchedule:
     """One tuned trace of a workload, with what it measured where."""
 
-    trace_json: Any  # the trace as ``Trace.as_json()``
+    trace_json: Any  # the trace as ``Trace.as_json()`` (:func:`edgetune.history.trace_codec.trace_as_json`)
     latency_us: float
     gflops: float | None
     target_json: str  # the target it was measured on
@@ -57,7 +57,7 @@ class LibrarySchedule:
 
 @dataclass
 class LibraryWorkload:
-    shash: str  # tvm_ffi.structural_hash of the module, as a string
+    shash: str  # tvm_ffi.structural_hash of the module (without prepacking marks: comparable_workload), as a string
     mod_json: str
     signature: list[str]  # operator signature: block names (edgetune.tasks.signature)
     flops: float
@@ -104,12 +104,19 @@ class ScheduleLibrary:
         return str(self.header.get("family", {}).get("name", "?"))
 
     def find(self, mod: Any) -> LibraryWorkload | None:
-        """The library's entry for exactly this workload (structural hash, then structural equality)."""
+        """The library's entry for exactly this workload (structural hash, then structural equality).
+
+        Whether the workload's weights may be prepacked (``tuning.prepack_weights``) does not matter: a
+        schedule tuned either way replays on the other, its weight layout rewritten or not by the postprocessors.
+        """
         import tvm_ffi
 
+        from ..tasks.models import comparable_workload
+
+        mod = comparable_workload(mod)
         shash = str(tvm_ffi.structural_hash(mod))
         for workload in self.workloads:
-            if workload.shash == shash and tvm_ffi.structural_equal(workload.mod, mod):
+            if workload.shash == shash and tvm_ffi.structural_equal(comparable_workload(workload.mod), mod):
                 return workload
         return None
 
@@ -269,6 +276,8 @@ def export_library(
     from ..tasks.signature import operator_signature
     from ..history.sql import target_json as target_json_of
     from ..common.cpu_family import family_of
+    from ..history.trace_codec import trace_as_json
+    from ..tasks.models import comparable_workload
 
     if top_k < 1:
         raise LibraryError(f"top_k must be >= 1, got {top_k} instead")
@@ -279,7 +288,7 @@ def export_library(
     defaults: dict[str, float] = {}
     for record, board in history.successful_records(target, limit=10**7):
         mod = record.workload.mod
-        shash = str(tvm_ffi.structural_hash(mod))
+        shash = str(tvm_ffi.structural_hash(comparable_workload(mod)))
         mods.setdefault(shash, mod)
         counts[shash] += 1
         secs = [float(x) for x in record.run_secs]
@@ -297,14 +306,14 @@ def export_library(
         seen: set[str] = set()
         schedules = []
         for record, board in sorted(entries, key=lambda rb: _mean(rb[0].run_secs)):
-            trace_json = record.trace.as_json()
-            key = json.dumps(trace_json, sort_keys=True, default=str)
+            trace_json = trace_as_json(record.trace)
+            key = json.dumps(trace_json, sort_keys=True)
             if key in seen:
                 continue
             seen.add(key)
             latency = _mean(record.run_secs)
             schedules.append(LibrarySchedule(
-                trace_json=json.loads(json.dumps(trace_json, default=_json_default)),
+                trace_json=trace_json,
                 latency_us=latency * 1e6,
                 gflops=flops / latency / 1e9 if flops and latency > 0 else None,
                 target_json=target_json, board=board, records=counts[shash],
@@ -348,17 +357,6 @@ def _flops(mod: Any) -> float:
         return float(estimate_tir_flops(mod))
     except Exception:  # noqa: BLE001 - some fused functions have no countable loops
         return 0.0
-
-
-def _json_default(value: Any) -> Any:
-    """Trace JSON holds TVM FFI containers and integers: plain JSON for the file."""
-    if hasattr(value, "items"):
-        return dict(value.items())
-    if hasattr(value, "__iter__") and not isinstance(value, (str, bytes)):
-        return list(value)
-    if hasattr(value, "value"):
-        return value.value
-    return str(value)
 
 
 # --------------------------------------------------------------------------- reading

@@ -475,15 +475,41 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def prepare_for_tuning(
-    mod: tvm.IRModule, target: tvm.target.Target | None = None
-) -> tvm.IRModule:
-    """Lower and fuse exactly as ``meta_schedule.relax_integration.compile_relax`` does.
+#: the PrimFunc attribute that lets MetaSchedule rewrite a weight's layout (``tuning.prepack_weights``)
+LAYOUT_FREE = "layout_free_buffers"
 
-    Task extraction must see the same fused PrimFuncs that ``compile_relax``
-    later looks up in the tuning database, or tuned schedules are silently not
+
+def comparable_workload(mod: Any) -> Any:
+    """``mod`` without what ``tuning.prepack_weights`` adds: the library keys a workload by this."""
+    from tvm import tirx
+
+    functions = dict(mod.functions_items())
+    if not any(isinstance(f, tirx.PrimFunc) and f.attrs is not None and LAYOUT_FREE in f.attrs for f in functions.values()):
+        return mod
+    return tvm.IRModule(
+        {gv: f.without_attr(LAYOUT_FREE) if isinstance(f, tirx.PrimFunc) and f.attrs is not None and LAYOUT_FREE in f.attrs else f
+         for gv, f in functions.items()},
+        attrs=mod.attrs,
+    )
+
+
+def prepacks_weights(setting: bool, target: tvm.target.Target) -> bool:
+    """Whether ``tuning.prepack_weights`` applies to ``target``: MetaSchedule rewrites weight layouts on CPUs only."""
+    return bool(setting) and str(target.kind.name) == "llvm"
+
+
+def prepare_for_tuning(
+    mod: tvm.IRModule, target: tvm.target.Target | None = None, prepack_weights: bool = False
+) -> tvm.IRModule:
+    """Lower and fuse exactly as the tuned build does (:func:`edgetune.artifact.compile.compile_model`).
+
+    Task extraction must see the same fused PrimFuncs that the build later
+    looks up in the tuning database, or tuned schedules are silently not
     applied. With ``target`` given, its library-dispatch passes run first, as in
     ``compile_relax``; they only change models with sort/scan/sampling ops.
+    ``prepack_weights`` (``tuning.prepack_weights``, CPU targets): each kernel
+    says which of its inputs are constant weights, so that a schedule may store
+    them in the layout its loops read (MetaSchedule's ``RewriteLayout``).
     """
     passes = [
         relax.transform.LegalizeOps(),
@@ -491,6 +517,7 @@ def prepare_for_tuning(
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
+        *([relax.transform.AttachAttrLayoutFreeBuffers()] if prepack_weights else []),
     ]
     with tvm.transform.PassContext(opt_level=3):
         if target is None:

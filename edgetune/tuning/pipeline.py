@@ -52,6 +52,7 @@ from ..search.strategy import AdaptiveSearch, SearchReport, TaskLimits
 from ..search.factory import auto_population
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
+from ..tasks.models import prepacks_weights
 from ..tasks.graph import prepare_graph
 from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
@@ -203,6 +204,7 @@ class TuningPipeline:
         self.key = options.key or self.profile.rpc.key
         self.stop = StopSignal()
         self._progress: TuneProgress | None = None  # the run's, once it exists (for board messages)
+        self._library: LibraryChoice | None = None  # tuning.schedules, once loaded
 
     # -- inputs and board ----------------------------------------------------
     def check_inputs(self) -> tuple[Any, LoadedModel | None]:
@@ -257,12 +259,15 @@ class TuningPipeline:
         if self.components.tasks is not None:
             return [ms.ExtractedTask(name, mod, target, [mod], int(weight)) for name, mod, weight in self.components.tasks], None
         assert model is not None
-        prepared = prepare_for_tuning(model.mod, target)
+        prepack = prepacks_weights(self.profile.tuning.prepack_weights, target)
+        prepared = prepare_for_tuning(model.mod, target, prepack)
         extracted = [
             task
             for task in ms.relax_integration.extract_tasks(prepared, target)
             if not task.mod.attrs.get("tirx.is_scheduled", False)  # nothing to tune
         ]
+        if prepack:
+            extracted = self.unmark_library_tasks(extracted, target)
         if self.options.task_names is not None:
             wanted = list(self.options.task_names)
             names = [task.task_name for task in extracted]
@@ -271,6 +276,28 @@ class TuningPipeline:
                 raise EdgetuneError(f"task names must be among the model's tasks {names}, got {missing} instead")
             extracted = [task for task in extracted if task.task_name in wanted]
         return extracted, kernel_inventory(prepared, extracted)
+
+    def unmark_library_tasks(self, extracted: list[Any], target: Any) -> list[Any]:
+        """With ``tuning.prepack_weights``: tasks whose workload the schedule library holds keep their weights as imported.
+
+        Its schedules were tuned that way; replayed with the weights rewritten they ran
+        8-27% slower on three CNNs (benchmarks/RESULTS.md, vs_onnxruntime_prepack). The
+        build finds these tasks' records under the unmarked workload
+        (:func:`edgetune.artifact.compile.prepacked_module`).
+        """
+        from ..tasks.models import LAYOUT_FREE, comparable_workload
+
+        library = self.choose_library(target, None).library
+        if library is None:
+            return extracted
+        kept = []
+        for task in extracted:
+            mod = task.dispatched[0]
+            if LAYOUT_FREE in (mod["main"].attrs or {}) and library.find(mod) is not None:
+                plain = comparable_workload(mod)
+                task = ms.ExtractedTask(task.task_name, plain, target, [plain], int(task.weight))
+            kept.append(task)
+        return kept
 
     def plan_tasks(self, history: Any, target: Any, model: LoadedModel | None) -> TaskPlan:
         extracted, inventory = self._extract(target, model)
@@ -634,10 +661,12 @@ class TuningPipeline:
             if model and task.weight * task.default_sec < tuning.minor_task_share * model:
                 plan.limits.set_cap(task.name, max(0, tuning.minor_task_trials - task.previous_trials))
 
-    def choose_library(self, target: Any, plan: TaskPlan) -> LibraryChoice:
-        """The schedule library (tuning.schedules), said once."""
-        library = choose_library(self.profile.tuning.schedules, target)
-        if library.message:
+    def choose_library(self, target: Any, plan: TaskPlan | None) -> LibraryChoice:
+        """The schedule library (tuning.schedules), loaded once per run and said once (with ``plan``)."""
+        if self._library is None:
+            self._library = choose_library(self.profile.tuning.schedules, target)
+        library = self._library
+        if plan is not None and library.message:
             announce(self.sink, plan.remaining, library.message)
         return library
 

@@ -280,8 +280,8 @@ class TuningPipeline:
     def unmark_library_tasks(self, extracted: list[Any], target: Any) -> list[Any]:
         """With ``tuning.prepack_weights``: tasks whose workload the schedule library holds keep their weights as imported.
 
-        Its schedules were tuned that way; replayed with the weights rewritten they ran
-        8-27% slower on three CNNs (benchmarks/RESULTS.md, vs_onnxruntime_prepack). The
+        Its schedules were tuned that way; replayed with the weights rewritten some MobileNetV2
+        convolutions ran 2-7x slower (benchmarks/RESULTS.md, vs_onnxruntime_prepack). The
         build finds these tasks' records under the unmarked workload
         (:func:`edgetune.artifact.compile.prepacked_module`).
         """

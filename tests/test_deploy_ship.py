@@ -175,9 +175,9 @@ def test_model_mode_compiles_in_the_layout_the_history_was_tuned_in(tmp_path: Pa
     compiled = []
     real = artifact_compile.compile_model
 
-    def spy(mod, target, history=None):
+    def spy(mod, target, history=None, prepack_weights=False):
         compiled.append(mod.script())
-        return real(mod, target, history)
+        return real(mod, target, history, prepack_weights)
 
     monkeypatch.setattr(artifact_compile, "compile_model", spy)
     source = source_from_model("demo:tiny-cnn", "host", None, tmp_path, conv_layout=conv_layout)

@@ -42,7 +42,7 @@ def _dense_tasks():
     return [t for t in ms.relax_integration.extract_tasks(prepared, TARGET) if "layout_free_buffers" in (t.dispatched[0]["main"].attrs or {})]
 
 
-def test_prepacking_marks_the_constant_weights_of_dense_layers_only() -> None:
+def test_prepacking_marks_constant_weights_and_never_activations() -> None:
     plain = prepare_for_tuning(load_model("demo:transformer@32").mod, TARGET)
     assert not any(
         "layout_free_buffers" in (t.dispatched[0]["main"].attrs or {}) for t in ms.relax_integration.extract_tasks(plain, TARGET)

@@ -157,7 +157,7 @@ def test_model_so_is_the_untuned_build_when_the_tuned_one_measures_slower(tmp_pa
         ms_ = timings[Path(path).read_bytes()]
         return types.SimpleNamespace(outputs=[np.zeros(3)], latency=types.SimpleNamespace(median_ms=ms_, to_dict=lambda: {"median_ms": ms_}))
 
-    monkeypatch.setattr(evaluate, "compile_model", lambda mod, target, history=None: b"tuned" if history is not None else b"untuned")
+    monkeypatch.setattr(evaluate, "compile_model", lambda mod, target, history=None, prepack_weights=False: b"tuned" if history is not None else b"untuned")
     monkeypatch.setattr(evaluate, "export_model", fake_export)
     monkeypatch.setattr(evaluate, "run_on_board", fake_run)
     model = types.SimpleNamespace(mod=None, inputs=[], random_inputs=lambda seed: {})

@@ -140,7 +140,7 @@ def source_from_model(
         # the profile's timing first; a workload never timed that way is compiled with the other's best
         history = open_history(db, read_only=True, timing=timing_of(profile))
     prepack = prepacks_weights(profile.tuning.prepack_weights, target)  # as the history's workloads were extracted
-    artifact = export_model(compile_model(model.mod, target, history, prepack), out_dir / ARTIFACT, profile)
+    artifact = export_model(compile_model(model.mod, target, history, prepack_weights=prepack), out_dir / ARTIFACT, profile)
     return DeploySource(
         artifact=artifact, model_source=model.source, model_name=model.name, model_sha256=model.sha256,
         profile=profile.name, target=target.export() if hasattr(target, "export") else str(target),

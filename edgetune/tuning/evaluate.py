@@ -32,7 +32,7 @@ def evaluate_end_to_end(
     says so) and the tuned one is kept beside it.
     """
     prepack = prepacks_weights(profile.tuning.prepack_weights, target)
-    tuned_path = export_model(compile_model(model.mod, target, history, prepack), out_dir / ARTIFACT_NAME, profile)
+    tuned_path = export_model(compile_model(model.mod, target, history, prepack_weights=prepack), out_dir / ARTIFACT_NAME, profile)
     untuned_path = export_model(compile_model(model.mod, target), out_dir / UNTUNED_ARTIFACT_NAME, profile)
     inputs = [model.random_inputs(seed=0)[spec.name] for spec in model.inputs]
     timing = dict(number=profile.measure.number, repeat=max(profile.measure.repeat, 3), min_repeat_ms=profile.measure.min_repeat_ms)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ def _rewritten_candidate(task):
     return sch
 
 
+@functools.lru_cache(maxsize=1)
 def _dense_tasks():
     prepared = prepare_for_tuning(load_model("demo:transformer@32").mod, TARGET, prepack_weights=True)
     return [t for t in ms.relax_integration.extract_tasks(prepared, TARGET) if "layout_free_buffers" in (t.dispatched[0]["main"].attrs or {})]
@@ -103,7 +105,7 @@ def test_a_prepacked_tune_delivers_a_matching_model_with_its_weights_rewritten_a
         rpc={"key": loopback_board.key}, tuning={"prepack_weights": True, "schedules": "off"}
     )
     spec = "demo:transformer@32"
-    summary = run_tune(TuneOptions(profile=profile, model=spec, out_dir=tmp_path, trials=24, board=TrackerBoard(loopback_board)))
+    summary = run_tune(TuneOptions(profile=profile, model=spec, out_dir=tmp_path, trials=12, board=TrackerBoard(loopback_board)))
     assert summary.end_to_end.outputs_match  # the delivered model against the untuned build, on the board
     history = open_history(str(tmp_path / "history.db"), read_only=True)
     try:

@@ -158,6 +158,7 @@ def retime(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[st
     from edgetune.tasks import load_model
 
     threads = load_profile(args.profile).device.num_threads
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # as the run that tuned them: set before TVM's pool starts
     retimed = []
     for row in rows:
         artifact = Path(row.get("artifact_kept") or "")

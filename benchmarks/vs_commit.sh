@@ -20,7 +20,8 @@ mkdir -p "$out"
 [ -d "$tree" ] || git -C "$root" worktree add -f --detach "$tree" "$old" -q
 cp "$root/edgetune/board/baseline.py" "$tree/edgetune/board/baseline.py"
 run() { # variant model
-  local pythonpath=""; [ "$1" = old ] && pythonpath=$tree
+  # each variant imports its own tree's edgetune (new: the checkout this script runs from, not the installed one)
+  local pythonpath=$root; [ "$1" = old ] && pythonpath=$tree
   echo "=== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): $1 $2"
   (cd "$root" && PYTHONPATH=$pythonpath python benchmarks/vs_onnxruntime.py --models "$2" "${opts[@]}" \
      --out "$out/runs-$1-$2" --raw "$out/$1-$2.json") > "$out/$1-$2.log" 2>&1

@@ -139,6 +139,7 @@ def prepare_graph(model: Any, conv_layout: str = "auto", optimization: str = "fu
             ("fold-batch-norm", fold_batch_norms),
             ("decompose-batch-norm", _decompose_batch_norms),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
+            ("fast-math", fast_math),
         ]
     if is_blocked(conv_layout):
         passes.append((f"layout-{conv_layout}", _block_channels(block_of(conv_layout, target), target)))
@@ -237,6 +238,71 @@ def _fuse_transpose_matmul(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
     out = relax.transform.DeadCodeElimination()(FuseTransposeMatmul()(mod))
     fused = before - _count_ops(out, "relax.permute_dims")
     return (out, f"{fused} fused") if fused else (mod, "")
+
+
+def _fast_math_ops() -> dict[str, Callable[[Any], Any]]:
+    from tvm import topi
+
+    def sigmoid(x: Any) -> Any:
+        return topi.divide(1.0, topi.add(1.0, topi.fast_exp(topi.negative(x))))
+
+    def gelu(x: Any) -> Any:  # as Relax legalizes nn.gelu: x * (0.5 + erf(x / sqrt 2) * 0.5)
+        half = topi.multiply(topi.fast_erf(topi.multiply(x, 0.5**0.5)), 0.5)
+        return topi.multiply(x, topi.add(0.5, half))
+
+    def gelu_tanh(x: Any) -> Any:  # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+        inner = topi.multiply(topi.add(x, topi.multiply(0.044715, topi.power(x, 3.0))), (2 / np.pi) ** 0.5)
+        return topi.multiply(topi.multiply(x, 0.5), topi.add(1.0, topi.fast_tanh(inner)))
+
+    return {
+        "relax.exp": topi.fast_exp,
+        "relax.erf": topi.fast_erf,
+        "relax.tanh": topi.fast_tanh,
+        "relax.sigmoid": sigmoid,
+        "relax.nn.silu": lambda x: topi.multiply(x, sigmoid(x)),
+        "relax.nn.gelu": gelu,
+        "relax.nn.gelu_tanh": gelu_tanh,
+    }
+
+
+@relax.expr_functor.mutator
+class _FastMath(relax.PyExprMutator):
+    """Relax's ``FastMathTransform`` with sigmoid, SiLU and GELU added, float32 only."""
+
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.ops = _fast_math_ops()
+        self.replaced: dict[str, int] = {}
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        dtype = getattr(call.ty, "dtype", None)  # the call as imported: normalized, typed
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or dtype != "float32":
+            return call
+        name = call.op.name
+        if name == "relax.nn.softmax":
+            from tvm import topi
+
+            out = self.builder_.call_te(topi.nn.fast_softmax, call.args[0], int(call.attrs.axis))
+        elif name in self.ops:
+            out = self.builder_.call_te(self.ops[name], call.args[0])
+        else:
+            return call
+        self.replaced[name] = self.replaced.get(name, 0) + 1
+        return out
+
+
+def fast_math(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+    """Transcendental ops as TVM's vectorizable polynomials instead of scalar libm calls (see the module's doc)."""
+    mutator = _FastMath(mod)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    if not mutator.replaced:
+        return mod, ""
+    out = relax.transform.DeadCodeElimination()(mutator.builder_.get())
+    done = ", ".join(f"{count} {name.rsplit('.', 1)[-1]}" for name, count in sorted(mutator.replaced.items()))
+    return out, done
 
 
 def _decompose_batch_norms(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:

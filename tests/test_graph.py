@@ -371,3 +371,154 @@ def test_a_skipped_pass_still_tunes_and_the_summary_says_why(tmp_path: Path, loo
     assert skipped == {"fold-batch-norm": "RuntimeError: InternalError: cannot fold",
                        "decompose-batch-norm": "RuntimeError: InternalError: cannot fold"}
     assert len(summary.graph["kernels"]["foldable"]) == 10  # the graph as imported, and the inventory says so
+
+
+TRANSCENDENTAL = ("T.exp(", "T.erf(", "T.tanh(", "T.sigmoid(")
+
+
+def transcendental_calls(mod: tvm.IRModule) -> list[str]:
+    """The libm calls the legalized kernels would make (LLVM has no vector form of them: one call per element)."""
+    legalized = prepare_for_tuning(mod, TARGET)
+    text = "\n".join(f.script() for _gv, f in legalized.functions_items() if not isinstance(f, relax.Function))
+    return [call for call in TRANSCENDENTAL if call in text]
+
+
+def activations_model(dtype: int) -> bytes:
+    """x @ w, then GELU (as exporters spell it, with Erf), Softmax, Sigmoid, Tanh and Exp."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    np_type = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (16, 24)).astype(np_type), "w"),
+        numpy_helper.from_array(np.array(2**0.5, np_type), "sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np_type), "one"),
+        numpy_helper.from_array(np.array(0.5, np_type), "half"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Div", ["h", "sqrt2"], ["h_s"]),
+        helper.make_node("Erf", ["h_s"], ["h_e"]),
+        helper.make_node("Add", ["h_e", "one"], ["h_p"]),
+        helper.make_node("Mul", ["h", "h_p"], ["h_m"]),
+        helper.make_node("Mul", ["h_m", "half"], ["gelu"]),
+        helper.make_node("Softmax", ["gelu"], ["soft"], axis=-1),
+        helper.make_node("Sigmoid", ["gelu"], ["sig"]),
+        helper.make_node("Tanh", ["sig"], ["th"]),
+        helper.make_node("Exp", ["th"], ["ex"]),
+        helper.make_node("Add", ["soft", "ex"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "activations", [helper.make_tensor_value_info("x", dtype, [1, 8, 16])],
+        [helper.make_tensor_value_info("y", dtype, [1, 8, 24])], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def test_fast_math_leaves_no_libm_call_and_matches_onnx_runtime(tmp_path: Path) -> None:
+    """GELU, softmax, sigmoid, tanh and exp become TVM's polynomials: no scalar libm call per element is left."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    path = tmp_path / "activations.onnx"
+    path.write_bytes(activations_model(TensorProto.FLOAT))
+    imported = load_model(str(path))
+    assert transcendental_calls(imported.mod) == list(TRANSCENDENTAL)
+    model = prepare_graph(imported, "as-is", "full")
+    (entry,) = [p for p in model.graph.passes if p.name == "fast-math"]
+    assert (entry.status, entry.detail) == ("applied", "1 erf, 1 exp, 1 sigmoid, 1 softmax, 1 tanh")
+    assert transcendental_calls(model.mod) == []
+    feeds = model.random_inputs(seed=1)
+    theirs = ort.InferenceSession(imported.data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert relative_error(model.reference_outputs(feeds)[0], theirs) < 1e-5
+    assert prepare_graph(imported, "as-is", "none").mod is imported.mod  # graph_optimization = "none": exact libm
+
+
+def test_fast_math_keeps_float64_exact(tmp_path: Path) -> None:
+    """TVM's polynomials are float32 ones: a float64 model keeps libm's functions."""
+    from onnx import TensorProto
+
+    path = tmp_path / "activations64.onnx"
+    path.write_bytes(activations_model(TensorProto.DOUBLE))
+    model = prepare_graph(load_model(str(path)), "as-is", "full")
+    (entry,) = [p for p in model.graph.passes if p.name == "fast-math"]
+    assert entry.status == "unchanged"
+    assert transcendental_calls(model.mod) == list(TRANSCENDENTAL)
+
+
+@pytest.mark.parametrize("op", ["gelu", "gelu_tanh", "silu", "sigmoid"])
+def test_fast_math_covers_what_relax_fast_math_does_not(op: str) -> None:
+    """``.pt2`` models bring nn.gelu, nn.gelu_tanh and nn.silu as ops of their own; same values, no libm call."""
+    from edgetune.tasks.graph import apply_fast_math
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 64), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            function = relax.op.sigmoid if op == "sigmoid" else getattr(relax.op.nn, op)
+            out = builder.emit_output(function(x))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    assert transcendental_calls(mod)
+    fast, detail = apply_fast_math(mod)
+    assert detail == f"1 {op}" and transcendental_calls(fast) == []
+    values = np.random.default_rng(0).normal(0, 3, (4, 64)).astype("float32")
+    np.testing.assert_allclose(run(fast, values), run(mod, values), rtol=1e-5, atol=1e-6)
+
+
+def _history_of(path: Path, mod: tvm.IRModule, target) -> str:
+    """A history holding one (untuned) record of every kernel of ``mod``: what a tune of that graph leaves."""
+    from edgetune.history import open_history
+
+    history = open_history(str(path))
+    try:
+        for task in ms.relax_integration.extract_tasks(prepare_for_tuning(mod, target), target):
+            sch = tvm.s_tir.Schedule(task.dispatched[0])
+            sch.get_child_blocks(sch.get_sblock("root"))  # an instruction: a trace without one is no schedule
+            args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            workload = history.commit_workload(task.dispatched[0])
+            history.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, [1e-3], target, args))
+    finally:
+        history.close()
+    return str(path)
+
+
+def test_deploy_from_a_history_tuned_before_fast_math_builds_the_kernels_it_holds(tmp_path: Path, monkeypatch) -> None:
+    """`deploy --model M --db H`: H from before the fast-math pass holds the exact kernels' records, which
+    the fast-math graph would not match (its GELU dense layer would be built untuned); H from after, the fast ones."""
+    from onnx import TensorProto
+
+    from edgetune.artifact import compile as artifact_compile
+    from edgetune.deployment.workflow import source_from_model, tuned_kernels
+    from edgetune.profile import load_profile
+
+    path = tmp_path / "activations.onnx"
+    path.write_bytes(activations_model(TensorProto.FLOAT))
+    target = load_profile("host").tvm_target()
+    loaded = load_model(str(path))
+    exact = prepare_graph(loaded, "auto", "full", target, fast_math=False)
+    fast = prepare_graph(loaded, "auto", "full", target)
+    compiled: list[str] = []
+    real = artifact_compile.compile_model
+
+    def spy(mod, target, history=None, prepack_weights=False):
+        compiled.append(mod.script())
+        return real(mod, target, history, prepack_weights=prepack_weights)
+
+    monkeypatch.setattr(artifact_compile, "compile_model", spy)
+    for name, graph in (("before", exact), ("after", fast)):
+        db = _history_of(tmp_path / f"{name}.db", graph.mod, target)
+        source_from_model(str(path), "host", db, tmp_path / name)
+    before, after = compiled
+    assert "fast_erf" not in before and "erf" in before
+    assert "fast_erf" in after and "erf" not in after.replace("fast_erf", "")
+    from edgetune.history import open_history
+
+    history = open_history(str(tmp_path / "before.db"), read_only=True)
+    try:
+        assert tuned_kernels(exact.mod, target, history, False) > tuned_kernels(fast.mod, target, history, False)
+    finally:
+        history.close()

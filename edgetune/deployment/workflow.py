@@ -125,21 +125,25 @@ def source_from_model(
     from ..tasks.graph import prepare_graph
 
     profile = load_profile(profile_name)
+    target = profile.tvm_target()
+    loaded = load_model(model_spec)
     # the graph and layout the history's records were tuned in (tuning.graph_optimization, conv_layout),
     # or they would not apply
-    model = prepare_graph(
-        load_model(model_spec), conv_layout or profile.tuning.conv_layout, profile.tuning.graph_optimization,
-        profile.tvm_target(),
-    )
-    target = profile.tvm_target()
+    layout, optimization = conv_layout or profile.tuning.conv_layout, profile.tuning.graph_optimization
+    model = prepare_graph(loaded, layout, optimization, target)
     history = None
+    prepack = prepacks_weights(profile.tuning.prepack_weights, target)  # as the history's workloads were extracted
     if db:
         from ..history import open_history
         from ..measure.runner import timing_of
 
         # the profile's timing first; a workload never timed that way is compiled with the other's best
         history = open_history(db, read_only=True, timing=timing_of(profile))
-    prepack = prepacks_weights(profile.tuning.prepack_weights, target)  # as the history's workloads were extracted
+        if any(p.name == "fast-math" and p.status == "applied" for p in model.graph.passes):
+            # a history tuned before the fast-math pass holds the exact kernels' records: build what it covers
+            exact = prepare_graph(loaded, layout, optimization, target, fast_math=False)
+            if tuned_kernels(exact.mod, target, history, prepack) > tuned_kernels(model.mod, target, history, prepack):
+                model = exact
     artifact = export_model(compile_model(model.mod, target, history, prepack_weights=prepack), out_dir / ARTIFACT, profile)
     return DeploySource(
         artifact=artifact, model_source=model.source, model_name=model.name, model_sha256=model.sha256,
@@ -147,6 +151,17 @@ def source_from_model(
         tvm_version=tvm.__version__, history=history.url if history is not None else None,
         history_digest=history_digest(db),
     )
+
+
+def tuned_kernels(mod: Any, target: Any, history: Any, prepack_weights: bool) -> int:
+    """How many of ``mod``'s kernels ``history`` holds a record of for ``target``."""
+    import tvm.s_tir.meta_schedule as ms
+
+    from ..tasks.models import prepare_for_tuning
+
+    view = history.for_target(target)
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(mod, target, prepack_weights), target)
+    return sum(view.query_tuning_record(task.dispatched[0], target, task.task_name) is not None for task in tasks)
 
 
 def history_digest(url: str | None) -> str | None:

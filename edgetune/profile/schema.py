@@ -326,8 +326,9 @@ class TuningSettings:
     # ONNX Runtime-class graph preparation before task extraction (edgetune/tasks/graph.py); "none": as imported
     graph_optimization: str = declare(
         _string(GRAPH_OPTIMIZATIONS), "full",
-        flag="full (default): fold batch norms into their convolution or dense layer and fold constants before the "
-        "model's kernels are extracted, as ONNX Runtime prepares a graph; none: tune the graph as imported",
+        flag="full (default): fold batch norms into their convolution or dense layer, fold constants and compute "
+        "exp/erf/tanh/softmax/sigmoid/GELU with vectorizable polynomials before the model's kernels are extracted, "
+        "as ONNX Runtime prepares a graph; none: tune the graph as imported",
     )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(

@@ -115,11 +115,14 @@ class GraphReport:
         }
 
 
-def prepare_graph(model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None) -> Any:
+def prepare_graph(
+    model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None, *, fast_math: bool = True
+) -> Any:
     """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how.
 
     ``target`` (a TVM target) sizes the blocks of ``conv_layout = "NCHWc"``, which needs it, and resolves
-    ``"auto"`` (as imported without one).
+    ``"auto"`` (as imported without one). ``fast_math=False`` leaves out the ``fast-math`` pass: the graph a
+    history tuned before that pass existed was extracted from.
     """
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
@@ -139,8 +142,8 @@ def prepare_graph(model: Any, conv_layout: str = "auto", optimization: str = "fu
             ("fold-batch-norm", fold_batch_norms),
             ("decompose-batch-norm", _decompose_batch_norms),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
-            ("fast-math", fast_math),
         ]
+        passes += [("fast-math", apply_fast_math)] if fast_math else []
     if is_blocked(conv_layout):
         passes.append((f"layout-{conv_layout}", _block_channels(block_of(conv_layout, target), target)))
     elif conv_layout != "as-is":
@@ -292,7 +295,7 @@ class _FastMath(relax.PyExprMutator):
         return out
 
 
-def fast_math(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+def apply_fast_math(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
     """Transcendental ops as TVM's vectorizable polynomials instead of scalar libm calls (see the module's doc)."""
     mutator = _FastMath(mod)
     for gvar, func in mod.functions_items():
@@ -301,7 +304,7 @@ def fast_math(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
     if not mutator.replaced:
         return mod, ""
     out = relax.transform.DeadCodeElimination()(mutator.builder_.get())
-    done = ", ".join(f"{count} {name.rsplit('.', 1)[-1]}" for name, count in sorted(mutator.replaced.items()))
+    done = ", ".join(sorted(f"{count} {name.rsplit('.', 1)[-1]}" for name, count in mutator.replaced.items()))
     return out, done
 
 

@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 DEMO_MODEL ?= demo:tiny-cnn
 DEMO_TRIALS ?= 64
 PYTEST_ARGS ?=
+# test files run on this many processes at once (pytest-xdist, a file's tests stay together); 0: one process
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test install install-test system-deps clean
 
@@ -56,7 +58,7 @@ demo: install
 	$(BIN)/edgetune tune --profile host --model $(DEMO_MODEL) --trials $(DEMO_TRIALS)
 
 test: install-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) edgetune-out .pytest_cache

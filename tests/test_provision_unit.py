@@ -178,3 +178,19 @@ def test_baseline_lists_on_the_command_line() -> None:
         baseline_runtimes("onnxruntime,litrt")
     with pytest.raises(argparse.ArgumentTypeError, match="each runtime once"):
         baseline_runtimes("litert,litert")
+
+
+def test_a_cache_directory_is_filled_by_one_process_at_a_time(tmp_path) -> None:
+    """Two provisions at once (or test files in parallel) must not download into one wheel cache together."""
+    import subprocess
+    import sys
+
+    from edgetune.provision.runtime import cache_lock
+
+    target = tmp_path / "wheels" / "tvm-aarch64"
+    probe = ("import fcntl, sys; lock = open(sys.argv[1], 'w'); fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)")
+    lock_file = str(tmp_path / "wheels" / ".tvm-aarch64.lock")
+    with cache_lock(target):
+        assert target.is_dir()
+        assert subprocess.run([sys.executable, "-c", probe, lock_file], capture_output=True).returncode != 0
+    assert subprocess.run([sys.executable, "-c", probe, lock_file], capture_output=True).returncode == 0

@@ -30,7 +30,7 @@ from ..board import baseline as baseline_module
 from ..common.run_dir import RunDir
 from ..board.baseline import RUNTIME_NAMES, BaselineResult
 from .detect import BoardFacts, normalize_arch
-from .runtime import _UNPACK, cache_dir, host_versions, venv_python
+from .runtime import _UNPACK, cache_dir, cache_lock, host_versions, venv_python
 from .ssh import BoardConnection
 
 #: the PyPI project and the import name of each baseline runtime
@@ -56,6 +56,13 @@ def download_baseline_wheels(runtime: str, facts: BoardFacts, log: Callable[[str
     project, _ = RUNTIME_PACKAGES[runtime]
     arch, tag = normalize_arch(facts.arch), facts.python_tag
     target = cache_dir() / "wheels" / f"baseline-{runtime}-{arch}-{tag}"
+    with cache_lock(target):
+        return _download_baseline_wheels(runtime, project, arch, tag, target, log)
+
+
+def _download_baseline_wheels(
+    runtime: str, project: str, arch: str, tag: str, target: Path, log: Callable[[str], None]
+) -> list[Path]:
     manifest = target / "manifest.json"
     if manifest.is_file():
         names = json.loads(manifest.read_text())

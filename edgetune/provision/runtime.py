@@ -11,6 +11,8 @@ records what is installed, so a second provision skips all of it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import posixpath
@@ -21,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import ProvisionError
 from .detect import BoardFacts, normalize_arch
@@ -142,9 +144,23 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EDGETUNE_CACHE_DIR") or Path.home() / ".cache" / "edgetune")
 
 
+@contextlib.contextmanager
+def cache_lock(target: Path) -> Iterator[None]:
+    """``target`` (a cache directory) to this process alone: two provisions at once download into it once."""
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def download_wheels(spec: RuntimeSpec, log: Callable[[str], None]) -> list[Path]:
     """Board wheels from the local cache, downloading them once with ``pip download``."""
     target = cache_dir() / "wheels" / spec.cache_name
+    with cache_lock(target):
+        return _download_wheels(spec, target, log)
+
+
+def _download_wheels(spec: RuntimeSpec, target: Path, log: Callable[[str], None]) -> list[Path]:
     manifest = target / "manifest.json"
     if manifest.is_file():
         names = json.loads(manifest.read_text()).get(",".join(spec.requirements))

@@ -14,6 +14,7 @@ nothing and a changed recipe builds a fresh one. Build it alone with::
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -90,6 +91,16 @@ def build_rootfs(log=print, arch: str = "arm64", include: tuple[str, ...] = INCL
     done = target.parent / "complete"
     if done.exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # test files run in parallel (pytest-xdist): one process builds, the others wait for it and reuse it
+    with open(target.parent / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return target
+        return _build_rootfs(target, done, log, arch, include)
+
+
+def _build_rootfs(target: Path, done: Path, log, arch: str, include: tuple[str, ...]) -> Path:
     staging = target.parent / "staging"
     if staging.exists():
         shutil.rmtree(staging)

@@ -16,13 +16,16 @@ public keys only, and runs ``sshd -D`` in its own process group.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
+import re
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +72,18 @@ class NetNamespace:
 
     @classmethod
     def create(cls) -> "NetNamespace":
-        index = (os.getpid() * 7 + next(_counter)) % 250
+        """A fresh namespace on a 10.231.N.0/30 no other one uses (test files run in parallel: pytest-xdist)."""
+        with open(os.path.join(tempfile.gettempdir(), "edgetune-test-netns.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            listed = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+            used = {int(n) for n in re.findall(r"inet 10\.231\.(\d+)\.", listed)}
+            free = [index for index in range(250) if index not in used]
+            if not free:
+                raise RuntimeError("every 10.231.N.0/30 subnet is taken by a test network namespace")
+            return cls._create(free[(os.getpid() * 7 + next(_counter)) % len(free)])
+
+    @classmethod
+    def _create(cls, index: int) -> "NetNamespace":
         name = f"et{os.getpid() % 100000}n{index}"
         subnet = f"10.231.{index}"
         host_if, board_if = f"eth{index}h{os.getpid() % 1000}", f"eth{index}b{os.getpid() % 1000}"

@@ -254,7 +254,8 @@ def _fast_math_ops() -> dict[str, Callable[[Any], Any]]:
         return topi.multiply(x, topi.add(0.5, half))
 
     def gelu_tanh(x: Any) -> Any:  # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-        inner = topi.multiply(topi.add(x, topi.multiply(0.044715, topi.power(x, 3.0))), (2 / np.pi) ** 0.5)
+        cube = topi.multiply(x, topi.multiply(x, x))  # not power(): powf is a libm call per element too
+        inner = topi.multiply(topi.add(x, topi.multiply(0.044715, cube)), (2 / np.pi) ** 0.5)
         return topi.multiply(topi.multiply(x, 0.5), topi.add(1.0, topi.fast_tanh(inner)))
 
     return {

@@ -23,6 +23,15 @@ machinery where it has it:
 * ``fuse-transpose-matmul``: ``matmul(a, transpose(b))`` (attention's
   ``q @ k^T``) becomes one kernel that reads ``b`` transposed
   (``relax.transform.FuseTransposeMatmul``), one data-movement kernel less.
+* ``fast-math``: float32 ``exp``, ``erf``, ``tanh``, softmax, sigmoid, SiLU and
+  GELU computed by TVM's vectorizable polynomials (``topi.fast_exp``,
+  ``fast_erf``, ``fast_tanh``, ``nn.fast_softmax``: the functions of Relax's
+  ``FastMathTransform``, which covers the first four ops only). LLVM has no
+  vector form of libm's ``expf``/``erff``: left as they are, every element is
+  a scalar libm call, and a BERT-width GELU dense layer spent more time in
+  ``erff`` than in its multiply-adds (whose cost also depends on the values, so
+  tuning inputs mis-predicted it). ONNX Runtime's CPU kernels approximate these
+  functions too (MLAS).
 
 Convolution + bias + residual add + activation end up in one kernel through
 ``FuseOps``/``FuseTIR`` in :func:`~edgetune.tasks.models.prepare_for_tuning`.

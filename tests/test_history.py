@@ -928,3 +928,43 @@ def test_version_4_history_upgrades_with_its_records_timed_warm(db_url):
         assert _secs(db.best_record(MOD, ARM)) == [3e-3]
     finally:
         db.close()
+
+
+def test_retiming_a_candidate_replaces_its_times_on_every_board_of_this_kind(db_url: str) -> None:
+    """tuning/confirm.py: a re-measured candidate's older, luckier row on another server cannot stay the fastest."""
+    db = open_history(db_url, board_id="board-01")
+    other = open_history(db_url, board_id="board-02")  # another kind of board sharing the history
+    try:
+        workload = db.commit_workload(MOD)
+        db.commit_measurement(_record(workload, 4, [1e-3]), board="127.0.0.1:9190")  # a lucky run's server
+        db.commit_measurement(_record(workload, 4, [1.5e-3]), board="127.0.0.1:9191")  # this run's server
+        db.commit_measurement(_record(workload, 8, [1.2e-3]), board="127.0.0.1:9191")
+        db.commit_measurement(_record(workload, 2, [9e-3]), board="127.0.0.1:9191")
+        other.commit_measurement(_record(workload, 4, [0.5e-3]), board="10.0.0.2:9090")
+
+        fastest = db.fastest_candidates(MOD, ARM, 2)
+        # one entry per candidate, at its fastest row of either board kind (the history's view is per target)
+        assert [_secs(record) for _key, record in fastest] == [[0.5e-3], [1.2e-3]]
+        assert len({key for key, _record in fastest}) == 2
+        assert db.fastest_candidates(MOD, X86, 3) == [] and db.fastest_candidates(MOD, ARM, 0) == []
+
+        key = fastest[0][0]
+        assert db.retime_candidate(MOD, ARM, key, [2e-3, 2.2e-3]) == 2  # both servers of board-01, not board-02's row
+        engine = sa.create_engine(_sqlalchemy_url(db_url))
+        try:
+            with engine.connect() as conn:
+                rows = sorted((board, json.loads(secs)) for board, secs in conn.execute(sa.text(
+                    "SELECT board_id, run_secs_json FROM records WHERE run_secs_json LIKE '%0.0022%' OR board_id LIKE 'board-02%'"
+                )).all())
+        finally:
+            engine.dispose()
+        assert rows == [
+            ("board-01@127.0.0.1:9190", [2e-3, 2.2e-3]), ("board-01@127.0.0.1:9191", [2e-3, 2.2e-3]),
+            ("board-02@10.0.0.2:9090", [0.5e-3]),
+        ]
+        assert _secs(db.best_record(MOD, ARM)) == [0.5e-3]  # board-02's own row is left as it was
+        with pytest.raises(HistoryError, match="must be a successful measurement"):
+            db.retime_candidate(MOD, ARM, key, [1e10])
+    finally:
+        db.close()
+        other.close()

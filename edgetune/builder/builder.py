@@ -24,8 +24,9 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.ir.utils import derived_object
@@ -242,6 +243,16 @@ class WarmBuilder(PyBuilder):
                     self._pool.shutdown(wait=False)
                 self._pool = None
         shutil.rmtree(self.artifact_dir, ignore_errors=True)
+
+    @contextmanager
+    def fresh(self) -> Iterator[None]:
+        """Meanwhile, build every candidate, even one the history measured or another tuner holds: to time it again."""
+        lookup, claims = self.lookup_cached, self.claims
+        self.lookup_cached = self.claims = None
+        try:
+            yield
+        finally:
+            self.lookup_cached, self.claims = lookup, claims
 
     # -- MetaSchedule interface -------------------------------------------
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:

@@ -715,6 +715,73 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             rows = self._prefer_timing(best)
             return self._to_records(conn, rows)[0] if rows else None
 
+    def fastest_candidates(
+        self, workload: Workload | IRModule, target: Target, count: int
+    ) -> list[tuple[str, TuningRecord]]:
+        """The ``count`` fastest distinct candidates of ``workload`` on ``target``, the fastest first, each with its hash.
+
+        A candidate measured by two boards of one kind (two rows) is one entry, at its
+        fastest row: the hash is what :meth:`retime_candidate` takes.
+        """
+        if count <= 0:
+            return []
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            entry = self._find(conn, workload)
+            if entry is None:
+                return []
+
+            def best(*timed: Any) -> Sequence[Row]:
+                return conn.execute(
+                    sa.select(*RECORD_COLUMNS, records.c.candidate_hash)
+                    .where(
+                        records.c.workload_id.in_(entry.ids),
+                        records.c.target_hash == sha256(target_json(target)),
+                        records.c.mean_run_sec.is_not(None),
+                        *timed,
+                    )
+                    .order_by(records.c.mean_run_sec, records.c.id)
+                    .limit(count * 8)  # a candidate on several boards has several rows
+                ).all()
+
+            kept: dict[str, Row] = {}
+            for row in self._prefer_timing(best):
+                if row.candidate_hash not in kept and len(kept) < count:
+                    kept[row.candidate_hash] = row
+            rows = list(kept.values())
+            return list(zip(kept, self._to_records(conn, rows)))
+
+    def retime_candidate(
+        self, workload: Workload | IRModule, target: Target, candidate_hash: str, run_secs: Sequence[float]
+    ) -> int:
+        """A candidate timed again: ``run_secs`` replace its run times on every board of this handle's kind; how many rows.
+
+        The history keeps a candidate's newest result. Its rows under this board id
+        (each ``<board id>@<server>`` that measured it, a run's loopback server among
+        them) all take the new times, so an older, luckier row of the same candidate
+        cannot stay the fastest (:mod:`edgetune.tuning.confirm`).
+        """
+        secs = [float(x) for x in run_secs]
+        if not secs or is_failed(secs):
+            raise HistoryError(f"run_secs must be a successful measurement, got {secs!r} instead")
+        board = self._board_id
+        with self._access("re-time a candidate", write=True) as engine, engine.begin() as conn:
+            entry = self._find(conn, workload)
+            if entry is None:
+                return 0
+            updated = conn.execute(
+                records.update()
+                .where(
+                    records.c.workload_id.in_(entry.ids),
+                    records.c.target_hash == sha256(target_json(target)),
+                    records.c.candidate_hash == candidate_hash,
+                    records.c.timing == (self.timing or "warm"),
+                    records.c.error.is_(None),
+                    sa.or_(records.c.board_id == board, records.c.board_id.startswith(board + "@", autoescape=True)),
+                )
+                .values(run_secs_json=canonical(secs), mean_run_sec=sum(secs) / len(secs), created_at=time.time())
+            )
+            return int(updated.rowcount or 0)
+
     def export_json(self, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
         """Write MetaSchedule JSONDatabase files (workloads, records) into ``directory``.
 

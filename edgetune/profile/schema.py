@@ -357,6 +357,17 @@ class TuningSettings:
         flag="let each dense/convolution schedule store its constant weights in the layout its loops read, rewritten "
         "once when the model is built (CPU targets; MetaSchedule's RewriteLayout, TVM's cpu_weight_prepack)",
     )
+    # the winner's curse (edgetune/tuning/confirm.py): after the search, each task's fastest schedules within
+    # confirm_margin of its best are timed again side by side, and the model is built from those times
+    confirm_best: int = declare(
+        _integer(0), 3, metavar="N",
+        flag="after the search, time each task's fastest N schedules (those within tuning.confirm_margin, 15%% by "
+        "default, of its best) "
+        "again side by side and deliver the fastest of them as re-measured, since the fastest of many noisy "
+        "measurements measured luckier than it runs; at most N measurements per task beside the trials, on runs "
+        "of at least 4N trials per task (default 3; 0 or 1: off)",
+    )
+    confirm_margin: float = declare(_number(at_least=0), 0.15)
     minor_task_share: float = declare(_number(at_least=0), 0.01)
     minor_task_trials: int = declare(_integer(1), 2)
     # measure each task's untuned code (its default schedule) as one trial before the search, so the

@@ -141,9 +141,9 @@ def _sessions_table(sessions: Sequence[Session]) -> str:
 def _tasks_table(summary: TuneSummary) -> str:
     head = [
         "#", "task", "kernel", "weight", "trials before", "trials this run", "best (us)", "untuned (us)", "speedup",
-        "kept untuned", "library (us)",
+        "kept untuned", "library (us)", "re-timed (us)",
     ]
-    numeric = {0, 3, 4, 5, 6, 7, 8, 10}
+    numeric = {0, 3, 4, 5, 6, 7, 8, 10, 11}
     classes = summary.kernel_classes()
     rows = []
     for task in summary.tasks:
@@ -153,15 +153,25 @@ def _tasks_table(summary: TuneSummary) -> str:
             str(task.index), task.name, classes.get(task.name, "-"), f"{task.weight:g}", str(task.trials_before), str(task.trials_this_run),
             _num(best), _num(default), f"x{speedup:.2f}" if speedup else "-", "yes" if task.kept_default else "no",
             _num(task.library_latency_us),
+            _retimed(task.retimed),
         ])
     caption = (
         "<p>Best and untuned latencies are each task's mean run time on the device; "
         "<em>kept untuned</em>: no tuned candidate beat the task's default code, so the delivered model keeps it; "
         "<em>kernel</em>: compute-bound (convolutions, dense layers, matmuls) or memory-bound, and what kind; "
         "<em>library</em>: the schedule library's schedule of this exact workload as measured on this board, "
-        "where the task started from it.</p>"
+        "where the task started from it; <em>re-timed</em>: the task's fastest schedules timed again before the "
+        "model was built, its best before and after (another pick marked *).</p>"
     )
     return caption + _table(head, rows, numeric, table_id="tasks")
+
+
+def _retimed(retimed: dict | None) -> str:
+    """A task's best before and after its fastest schedules were timed again (tuning.confirm_best)."""
+    if not retimed:
+        return "-"
+    mark = " *" if retimed.get("pick_changed") else ""
+    return f"{_num(retimed['before_us'])} -> {_num(retimed['after_us'])}{mark}"
 
 
 def _table(head: list[str], rows: list[list[str]], numeric: set[int], table_id: str) -> str:

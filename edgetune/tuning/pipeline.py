@@ -61,6 +61,7 @@ from ..schedules.use import LibraryChoice, choose_library, default_unknown, libr
 from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
+from .confirm import ConfirmedTask, mean_sec, measure_together, replay, retime_limit, to_retime
 from .callbacks import RecordAndReport
 from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
@@ -136,6 +137,8 @@ class TaskPlan:
     caps_enforced: bool = False
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
     library_candidates: dict[int, list[Any]] = field(default_factory=dict)  # task index -> the library's schedules
+    minor: set[str] = field(default_factory=set)  # tasks capped as minor (TuningPipeline.cap_minor_tasks)
+    retime_limit: int = 0  # measurements allowed to time each task's fastest schedules again (tuning/confirm.py)
 
     @property
     def workloads(self) -> list[Any]:
@@ -184,6 +187,7 @@ class TuneOutcome:
     scheduler: Any = None  # the task scheduler object (built or passed in); None when the search did not run
     interrupted: bool = False
     stop_reason: str | None = None  # why the run stopped by itself (every board gone)
+    confirmed: list[ConfirmedTask] = field(default_factory=list)  # tasks whose fastest schedules were timed again
     seconds: float = 0.0
 
 
@@ -586,6 +590,7 @@ class TuningPipeline:
                 self.measure_library_schedules(plan, session, recorder)
                 if plan.search_budget <= 0:
                     return outcome
+                self.plan_confirmation(plan)
                 plan.limits.set_search_budget(plan.search_budget)
                 self.size_batches(plan, session)
                 outcome.scheduler = self.make_task_scheduler(session.awaits)
@@ -609,6 +614,8 @@ class TuningPipeline:
                     # MetaSchedule's stock schedulers catch a callback's StopRequested, end
                     # that task and return normally once every task has ended
                     outcome.interrupted = True
+                else:
+                    outcome.confirmed = self.confirm_fastest(plan, session)
         except BaseException:
             # whatever TVM turned our StopRequested into on its way back
             if not self.stop.event.is_set():
@@ -660,6 +667,56 @@ class TuningPipeline:
         for task in tasks:
             if model and task.weight * task.default_sec < tuning.minor_task_share * model:
                 plan.limits.set_cap(task.name, max(0, tuning.minor_task_trials - task.previous_trials))
+                plan.minor.add(task.name)
+
+    def plan_confirmation(self, plan: TaskPlan) -> None:
+        """How many measurements may time each task's fastest schedules again after the search (tuning/confirm.py).
+
+        Tasks capped as minor are left out: their pick cannot move the model.
+        """
+        tuning = self.profile.tuning
+        tasks = [task for task in plan.extracted if task.task_name not in plan.minor]
+        plan.retime_limit = retime_limit(len(tasks), tuning.confirm_best, plan.search_budget)
+
+    def confirm_fastest(self, plan: TaskPlan, session: TuneSession) -> list[ConfirmedTask]:
+        """Each task's fastest schedules timed again side by side, the new times stored; the biggest tasks first.
+
+        The model is then built from measurements that were not selected for being fast
+        (the winner's curse, :mod:`edgetune.tuning.confirm`).
+        """
+        left, tuning, progress = plan.retime_limit, self.profile.tuning, session.progress
+        if left <= 0:
+            return []
+        progress.phase = "timing each task's fastest schedules again, side by side"
+        self.sink.on_phase(progress)
+        order = sorted(
+            (task for task in progress.tasks if task.name not in plan.minor and task.best_sec is not None),
+            key=lambda task: -task.weight * task.best_sec,
+        )
+        confirmed = []
+        for task in order:
+            if left < 2 or self.stop.event.is_set():
+                break
+            ctx = session.contexts[task.index]
+            fastest = session.history.fastest_candidates(ctx.mod, session.target, tuning.confirm_best)
+            wanted = min(left, to_retime([mean_sec(record) for _, record in fastest], tuning.confirm_best, tuning.confirm_margin))
+            chosen = [(key, candidate) for key, record in fastest[:wanted] if (candidate := replay(ctx, record)) is not None]
+            if len(chosen) < 2:
+                continue
+            before_key, before_sec = fastest[0][0], mean_sec(fastest[0][1])
+            results = measure_together(ctx, [candidate for _, candidate in chosen], session.builder, session.runner)
+            for (key, _candidate), run_secs in zip(chosen, results):
+                if run_secs is not None:  # a failure this time keeps the earlier result
+                    session.history.retime_candidate(ctx.mod, session.target, key, run_secs)
+            left -= len(chosen)
+            after = session.history.fastest_candidates(ctx.mod, session.target, 1)
+            task.best_sec = mean_sec(after[0][1]) if after else task.best_sec
+            progress.record_batch(task)
+            self.sink.on_batch(progress, task)
+            confirmed.append(ConfirmedTask(
+                task.name, len(chosen), before_sec * 1e6, task.best_sec * 1e6, bool(after) and after[0][0] != before_key,
+            ))
+        return confirmed
 
     def choose_library(self, target: Any, plan: TaskPlan | None) -> LibraryChoice:
         """The schedule library (tuning.schedules), loaded once per run and said once (with ``plan``)."""
@@ -742,6 +799,7 @@ class TuningPipeline:
         runner_stats = session.runner.stats if isinstance(session.runner, TrackerRunner) else MeasureStats()
         evolutionary = tuning.search_strategy == "evolutionary"
         report, library = session.search_report, session.library
+        retimed = {task.name: task.to_dict() for task in outcome.confirmed}
         return TuneSummary(
             edgetune_version=__version__,
             tvm_version=tvm.__version__,
@@ -756,11 +814,12 @@ class TuningPipeline:
                 in_history_before=sum(plan.previous),
                 this_run=progress.done,
                 served_from_history=builder_stats.cached,
-                measured_on_device=runner_stats.measured,
+                measured_on_device=runner_stats.measured - sum(task.retimed for task in outcome.confirmed),  # trials only
                 failed=sum(t.failed for t in progress.tasks),
                 build_timeouts=builder_stats.timed_out,
                 default_schedules=outcome.defaults_measured,
                 waited_for_others=session.claims.waited if session.claims is not None else 0,
+                retimed=sum(task.retimed for task in outcome.confirmed),
             ),
             seconds=Seconds(
                 tuning_wall=outcome.seconds,
@@ -794,7 +853,7 @@ class TuningPipeline:
             interrupted=outcome.interrupted,
             tasks=[
                 t.to_result(_kept_default(session, i), plan.limits.cap(t.name), str(tvm_ffi.structural_hash(session.contexts[i].mod)),
-                             library.exact.get(t.name) if library is not None else None)
+                             library.exact.get(t.name) if library is not None else None, retimed.get(t.name))
                 for i, t in enumerate(progress.tasks)
             ],
             curve=[point.to_dict() for point in progress.curve],

@@ -32,7 +32,8 @@ class TaskProgress:
         return self.flops / self.best_sec / 1e9
 
     def to_result(
-        self, kept_default: bool, cap: int | None, workload_hash: str = "", library_us: float | None = None
+        self, kept_default: bool, cap: int | None, workload_hash: str = "", library_us: float | None = None,
+        retimed: dict[str, Any] | None = None,
     ) -> TaskResult:
         """The task as the summary keeps it (microseconds); :meth:`TuneProgress.from_summary` reads it back."""
         return TaskResult(
@@ -50,6 +51,7 @@ class TaskProgress:
             trial_cap=cap,
             workload_hash=workload_hash,
             library_latency_us=library_us,
+            retimed=retimed,
         )
 
 

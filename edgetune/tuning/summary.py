@@ -50,6 +50,8 @@ class TrialCounts:
     default_schedules: int = 0  # of this run's trials: tasks' untuned code, measured before the search (tuning.baseline)
     # of served_from_history: candidates another process sharing the history measured (or was measuring) meanwhile
     waited_for_others: int = 0
+    # beside this run's trials: measurements that timed each task's fastest schedules again (tuning/confirm.py)
+    retimed: int = 0
 
 
 @dataclass
@@ -91,6 +93,8 @@ class TaskResult:
     workload_hash: str = ""  # structural hash of the task's module, as the history stores it (its workload shash)
     # the schedule library's schedule of this exact workload, as measured on this board (None: the task did not start from it)
     library_latency_us: float | None = None
+    # its fastest schedules timed again before the model was built: candidates, before_us, after_us, pick_changed
+    retimed: dict[str, Any] | None = None
 
 
 @dataclass
@@ -191,6 +195,20 @@ class TuneSummary:
                 f"{sum(r < 0.995 for r in ratios)} improved on it by tuning"
             )
         return lines
+
+    def retimed_lines(self) -> list[str]:
+        """How timing each task's fastest schedules again moved the picks and the kernel time (tuning.confirm_best)."""
+        retimed = [t for t in self.tasks if t.retimed]
+        if not retimed:
+            return []
+        before = sum(t.weight * t.retimed["before_us"] for t in retimed) / 1e3
+        after = sum(t.weight * t.retimed["after_us"] for t in retimed) / 1e3
+        changed = [t.name for t in retimed if t.retimed["pick_changed"]]
+        return [
+            f"timed the fastest schedules of {len(retimed)} tasks again ({sum(t.retimed['candidates'] for t in retimed)} "
+            f"measurements): their kernels {before:.3f} -> {after:.3f} ms as re-measured; "
+            + (f"another schedule delivered for {len(changed)}: {', '.join(changed)}" if changed else "every pick stood")
+        ]
 
     def kernels_ms(self) -> float | None:
         """Sum over tasks of weight x best latency in ms; None unless every task has a measured best."""

@@ -46,9 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="the rows' model, e.g. demo:transformer-bert@128")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--calls", type=int, default=10, help="calls per model per round")
-    parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime's threads (default: the cores available)")
+    parser.add_argument("--threads", type=int, default=0, help="threads of both runtimes (default: the cores available)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    threads = args.threads or len(os.sched_getaffinity(0))
+    # before TVM's thread pool starts, as the benchmark's own timing does (edgetune/board/baseline.py): left to
+    # itself TVM counts physical cores, one on this 2-vCPU host, and the models ran 2x slower than in their rows
+    os.environ["TVM_NUM_THREADS"] = str(threads)
 
     import onnxruntime as ort
     import tvm
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         main_fn = vm["main"]
         calls[name] = lambda f=main_fn: f(*inputs)
     options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads or len(os.sched_getaffinity(0))
+    options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(model.bytes_for("onnx"), options, providers=["CPUExecutionProvider"])
     calls["onnxruntime"] = lambda: session.run(None, feeds)
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()[0]
     baseline = float(np.median(medians["onnxruntime"]))
     results = {}
-    print(f"{args.model}: {args.rounds} rounds x {args.calls} calls, load average {load_before:.2f} -> {load_after:.2f}")
+    print(f"{args.model}: {args.rounds} rounds x {args.calls} calls, {threads} threads, load average {load_before:.2f} -> {load_after:.2f}")
     for name, values in medians.items():
         series = np.array(values)
         results[name] = {

@@ -360,12 +360,12 @@ class TuningSettings:
     # the winner's curse (edgetune/tuning/confirm.py): after the search, each task's fastest schedules within
     # confirm_margin of its best are timed again side by side, and the model is built from those times
     confirm_best: int = declare(
-        _integer(0), 3, metavar="N",
+        _integer(0), 0, metavar="N",
         flag="after the search, time each task's fastest N schedules (those within tuning.confirm_margin, 15%% by "
-        "default, of its best) "
-        "again side by side and deliver the fastest of them as re-measured, since the fastest of many noisy "
-        "measurements measured luckier than it runs; at most N measurements per task beside the trials, on runs "
-        "of at least 4N trials per task (default 3; 0 or 1: off)",
+        "default, of its best) again side by side and deliver the fastest of them as re-measured, since the fastest "
+        "of many noisy measurements measured luckier than it runs; at most N measurements per task beside the trials, "
+        "on runs of at least 4N trials per task (default 0: off; on this project's noisy host 3 did not deliver "
+        "faster models, benchmarks/RESULTS.md vs_onnxruntime_retime)",
     )
     confirm_margin: float = declare(_number(at_least=0), 0.15)
     minor_task_share: float = declare(_number(at_least=0), 0.01)

@@ -104,32 +104,22 @@ def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -
 
     Empty when the workload is absent or none of its schedules replays on this task.
     """
-    import tvm.s_tir.meta_schedule as ms
-    from tvm.s_tir import Schedule
-
-    from ..search.default_schedule import default_schedule, is_default_json
+    from ..search.default_schedule import replayed_candidate
 
     entry = library.find(context.mod)
     if entry is None or not entry.schedules:
         return []
-    postprocs = list(context.space_generator.postprocs or [])
     replayed: list[Any] = []
     for schedule in entry.schedules:  # the best first; the next if one does not replay
         if len(replayed) == count:
             break
-        if is_default_json(schedule.trace_json):  # the untuned code, built as the default batch builds it
-            sch = default_schedule(context.mod)
-            replayed.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
-            continue
         try:
-            sch = Schedule(context.mod, seed=1, debug_mask="none")
-            entry.trace(schedule).apply_to_schedule(sch, remove_postproc=True)
-            sch.enter_postproc()
-            if not all(postproc.apply(sch) for postproc in postprocs):
-                continue
-        except Exception:  # noqa: BLE001 - TVM raises its own errors for a trace that does not replay
+            trace = entry.trace(schedule)
+        except Exception:  # noqa: BLE001 - a trace TVM cannot read back
             continue
-        replayed.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+        candidate = replayed_candidate(context, trace)
+        if candidate is not None:
+            replayed.append(candidate)
     return replayed
 
 

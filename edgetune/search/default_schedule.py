@@ -50,3 +50,26 @@ def is_untuned_copy(trace: Any) -> bool:
         kinds = kinds[: kinds.index("EnterPostproc")]
     return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)
 
+
+
+def replayed_candidate(context: Any, trace: Any) -> Any | None:
+    """A stored ``trace`` replayed on ``context``'s task as a measure candidate, None if it does not replay.
+
+    The default trace gives the untuned code (built as the default batch builds it); any
+    other is applied without its postprocessing, which the task's postprocessors then redo,
+    as MetaSchedule does for the candidates it measures.
+    """
+    import tvm.s_tir.meta_schedule as ms
+
+    if is_default_trace(trace):
+        sch = default_schedule(context.mod)
+    else:
+        try:
+            sch = Schedule(context.mod, seed=1, debug_mask="none")
+            trace.apply_to_schedule(sch, remove_postproc=True)
+            sch.enter_postproc()
+            if not all(postproc.apply(sch) for postproc in list(context.space_generator.postprocs or [])):
+                return None
+        except Exception:  # noqa: BLE001 - TVM raises its own errors for a trace that does not replay
+            return None
+    return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))

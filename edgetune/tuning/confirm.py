@@ -13,7 +13,9 @@ within ``tuning.confirm_margin`` of its best are timed again, side by side in on
 batch, and their new times replace the old ones in the history (which keeps a
 candidate's newest result): the pick is then made on measurements that were not
 selected for being fast, and the summary's kernel time is no longer the
-optimistic minimum. Only tasks that matter to the model are re-timed, at most
+optimistic minimum. Off by default (``tuning.confirm_best = 0``): on this project's
+shared host the re-timings were as noisy as the first timings, and 3 per task did
+not deliver faster models (benchmarks/RESULTS.md, vs_onnxruntime_retime). Only tasks that matter to the model are re-timed, at most
 ``tuning.confirm_best`` measurements each; they are not trials (the history gains
 no record), and a short run does without them (:func:`retime_limit`).
 """
@@ -28,7 +30,6 @@ import tvm.s_tir.meta_schedule as ms
 
 from ..builder.builder import WarmBuilder
 from ..common.failure import is_failed
-from ..search.default_schedule import default_schedule, is_default_trace
 from .callbacks import remove_artifact
 
 
@@ -72,24 +73,6 @@ def retime_limit(tasks: int, count: int, search_budget: int) -> int:
     """
     limit = count * tasks
     return limit if count >= 2 and tasks > 0 and search_budget >= 4 * limit else 0
-
-
-def replay(context: Any, record: Any) -> Any | None:
-    """``record``'s schedule rebuilt on ``context``'s workload as a measure candidate; None if it no longer replays."""
-    from tvm.s_tir import Schedule
-
-    if is_default_trace(record.trace):
-        sch = default_schedule(context.mod)
-    else:
-        try:
-            sch = Schedule(context.mod, seed=1, debug_mask="none")
-            record.trace.apply_to_schedule(sch, remove_postproc=True)
-            sch.enter_postproc()
-            if not all(postproc.apply(sch) for postproc in list(context.space_generator.postprocs or [])):
-                return None
-        except Exception:  # noqa: BLE001 - TVM raises its own errors for a trace that does not replay
-            return None
-    return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
 def measure_together(context: Any, candidates: list[Any], builder: Any, runner: Any) -> list[list[float] | None]:

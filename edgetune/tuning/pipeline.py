@@ -50,6 +50,7 @@ from ..search import make_cost_model, make_search_strategy, make_task_scheduler
 from ..search.scheduler import SLOT_SCHEDULERS
 from ..search.strategy import AdaptiveSearch, SearchReport, TaskLimits
 from ..search.factory import auto_population
+from ..search.default_schedule import replayed_candidate
 from ..search.transfer import best_similar_records, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
 from ..tasks.models import prepacks_weights
@@ -61,7 +62,7 @@ from ..schedules.use import LibraryChoice, choose_library, default_unknown, libr
 from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
-from .confirm import ConfirmedTask, mean_sec, measure_together, replay, retime_limit, to_retime
+from .confirm import ConfirmedTask, mean_sec, measure_together, retime_limit, to_retime
 from .callbacks import RecordAndReport
 from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
@@ -700,7 +701,7 @@ class TuningPipeline:
             ctx = session.contexts[task.index]
             fastest = session.history.fastest_candidates(ctx.mod, session.target, tuning.confirm_best)
             wanted = min(left, to_retime([mean_sec(record) for _, record in fastest], tuning.confirm_best, tuning.confirm_margin))
-            chosen = [(key, candidate) for key, record in fastest[:wanted] if (candidate := replay(ctx, record)) is not None]
+            chosen = [(key, candidate) for key, record in fastest[:wanted] if (candidate := replayed_candidate(ctx, record.trace)) is not None]
             if len(chosen) < 2:
                 continue
             before_key, before_sec = fastest[0][0], mean_sec(fastest[0][1])

@@ -51,7 +51,6 @@ def is_untuned_copy(trace: Any) -> bool:
     return bool(kinds) and all(kind in _LOOKUPS for kind in kinds)
 
 
-
 def replayed_candidate(context: Any, trace: Any) -> Any | None:
     """A stored ``trace`` replayed on ``context``'s task as a measure candidate, None if it does not replay.
 

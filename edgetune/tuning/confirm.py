@@ -13,11 +13,13 @@ within ``tuning.confirm_margin`` of its best are timed again, side by side in on
 batch, and their new times replace the old ones in the history (which keeps a
 candidate's newest result): the pick is then made on measurements that were not
 selected for being fast, and the summary's kernel time is no longer the
-optimistic minimum. Off by default (``tuning.confirm_best = 0``): on this project's
-shared host the re-timings were as noisy as the first timings, and 3 per task did
-not deliver faster models (benchmarks/RESULTS.md, vs_onnxruntime_retime). Only tasks that matter to the model are re-timed, at most
+optimistic minimum. Only tasks that matter to the model are re-timed, at most
 ``tuning.confirm_best`` measurements each; they are not trials (the history gains
 no record), and a short run does without them (:func:`retime_limit`).
+
+Off by default (``tuning.confirm_best = 0``): on this project's shared host the
+re-timings were as noisy as the first timings, and 3 per task did not deliver
+faster models (benchmarks/RESULTS.md, vs_onnxruntime_retime).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class ConfirmedTask:
     """One task whose fastest schedules were timed again before the model was built."""
 
     name: str
-    retimed: int  # candidates timed again (trials of this run)
+    retimed: int  # candidates timed again on the board (measurements beside the run's trials)
     before_us: float  # the task's best latency as the search measured it
     after_us: float  # its best once they were timed again
     pick_changed: bool  # the delivered schedule is another candidate than the search's fastest

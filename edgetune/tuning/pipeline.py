@@ -710,12 +710,13 @@ class TuningPipeline:
                 if run_secs is not None:  # a failure this time keeps the earlier result
                     session.history.retime_candidate(ctx.mod, session.target, key, run_secs)
             left -= len(chosen)
+            timed = sum(run_secs is not None for run_secs in results)
             after = session.history.fastest_candidates(ctx.mod, session.target, 1)
             task.best_sec = mean_sec(after[0][1]) if after else task.best_sec
             progress.record_batch(task)
             self.sink.on_batch(progress, task)
             confirmed.append(ConfirmedTask(
-                task.name, len(chosen), before_sec * 1e6, task.best_sec * 1e6, bool(after) and after[0][0] != before_key,
+                task.name, timed, before_sec * 1e6, task.best_sec * 1e6, bool(after) and after[0][0] != before_key,
             ))
         return confirmed
 

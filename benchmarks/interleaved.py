@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=10, help="calls per model per round")
     parser.add_argument("--threads", type=int, default=0, help="threads of both runtimes (default: the cores available)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--skip-slower-than", type=float, default=0.0, metavar="RATIO",
+        help="leave out of the rounds a model whose warm-up ran over RATIO x ONNX Runtime's (an untuned row would take "
+        "the whole run); its warm-up time is printed, read its own row (default 0: time every model)",
+    )
     args = parser.parse_args(argv)
     threads = args.threads or len(os.sched_getaffinity(0))
     # before TVM's thread pool starts, as the benchmark's own timing does (edgetune/board/baseline.py): left to
@@ -75,9 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     calls["onnxruntime"] = lambda: session.run(None, feeds)
 
     load_before = os.getloadavg()[0]
-    for call in calls.values():  # warm up
+    warm: dict[str, float] = {}
+    for name, call in calls.items():  # warm up
+        times = []
         for _ in range(3):
+            started = time.perf_counter()
             call()
+            times.append(time.perf_counter() - started)
+        warm[name] = float(np.median(times)) * 1e3
+    skipped = {}
+    if args.skip_slower_than > 0:
+        limit = args.skip_slower_than * warm["onnxruntime"]
+        skipped = {name: ms for name, ms in warm.items() if ms > limit}
+        for name in skipped:
+            del calls[name]
     medians: dict[str, list[float]] = {name: [] for name in calls}
     order = list(calls)
     for index in range(args.rounds):
@@ -100,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"  {name:24s} median {np.median(series):8.3f} ms  q25-q75 {np.percentile(series, 25):8.3f}-"
               f"{np.percentile(series, 75):8.3f}  / ONNX Runtime {results[name]['ratio']:.2f}")
+    for name, ms in skipped.items():
+        print(f"  {name:24s} not timed: {ms:.1f} ms at warm-up, {ms / warm['onnxruntime']:.1f}x ONNX Runtime's (read its own row)")
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "rounds": args.rounds, "load_before": load_before,
-                                         "load_after": load_after, "results": results}, indent=1))
+                                         "load_after": load_after, "results": results,
+                                         "not_timed_warmup_ms": skipped}, indent=1))
     return 0
 
 

@@ -89,6 +89,26 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     exported = load_library(named)
     assert exported.header["zoo"] == ["demo:tiny-cnn", "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)"]
+    # --min-records leaves out the workloads a stopped build barely started
+    import tvm_ffi
+
+    from edgetune.tasks.models import comparable_workload
+
+    counts = {w.shash: 0 for w in exported.workloads}
+    source = open_history(str(source_db), read_only=True, timing="flushed")
+    try:
+        for record, _board in source.successful_records(target, limit=100000):
+            shash = str(tvm_ffi.structural_hash(comparable_workload(record.workload.mod)))
+            if shash in counts:
+                counts[shash] += 1
+    finally:
+        source.close()
+    cut = sorted(counts.values())[len(counts) // 2]
+    assert min(counts.values()) < cut, "the tune gave its workloads different numbers of records"
+    fewer = tmp_path / "fewer.schedules.gz"
+    result = run_cli("schedules", "export", str(fewer), "--db", str(source_db), "--min-records", str(cut))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert {w.shash for w in load_library(fewer).workloads} == {h for h, n in counts.items() if n >= cut}
     from edgetune.tasks.graph import layout_name
 
     # the layout the profile tunes convolutions in, as build records it (NCHW16c on AVX-512)
@@ -373,6 +393,70 @@ def test_library_schedules_measures_the_libraries_best_few_and_keeps_the_fastest
         if entry is not None and entry.schedules:
             assert task.trials_this_run == min(2, len(entry.schedules))
             assert task.best_latency_us == pytest.approx(task.library_latency_us)  # the faster of the two
+
+
+def test_a_task_the_library_lacks_starts_from_its_nearest_shape_in_place_of_the_untuned_default(
+    library_file, tmp_path, loopback_board
+) -> None:
+    """At one trial per task, a convolution the library lacked measured its untuned default (20 ms where tuned code
+    takes 0.3) and was delivered so: ResNet-18 at 128x128 from a library of 224x224 ran 44x ONNX Runtime. Now each
+    compute-bound task the library lacks measures the library's schedule of the nearest shape of its operator,
+    adapted, as its one trial; memory-bound tasks still measure their default."""
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    path, _db, _profile = library_file
+    library = load_library(path)
+    profile = host_profile(loopback_board, schedules=str(path))
+    model = "demo:tiny-cnn@40"  # the library holds the 32x32 CNN: the same operators at other shapes
+    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    lacking = {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
+    summary = tune(profile, loopback_board, tmp_path / "run", model=model, trials=len(extracted))
+    assert summary.trials.this_run == len(extracted) and all(t.trials_this_run == 1 for t in summary.tasks)
+    classes = summary.kernel_classes()
+    compute = [t for t in summary.tasks if classes.get(t.name) == "compute" and t.name in lacking]
+    assert len(compute) >= 2, "the 40x40 CNN's convolutions are not in the 32x32 CNN's library"
+    for task in compute:  # delivered: the transferred schedule, its default never measured
+        assert task.transferred_latency_us is not None and task.default_latency_us is None, task.name
+        assert task.best_latency_us == pytest.approx(task.transferred_latency_us) and not task.kept_default
+        assert task.library_latency_us is None
+    for task in summary.tasks:
+        if task.name not in lacking:  # the exact workload: the library's own schedule
+            assert task.transferred_latency_us is None and task.library_latency_us is not None, task.name
+        elif classes.get(task.name, "compute") != "compute":
+            assert task.transferred_latency_us is None and task.default_latency_us is not None, task.name
+    assert summary.end_to_end.outputs_match  # the adapted schedules compute what the model computes
+    assert any("of another shape of their operator" in line for line in summary.library_lines())
+    # at two trials per task, each such convolution measures its default too (a small dense layer's
+    # untuned loops can beat every tiling): the faster is delivered
+    roomy = tune(profile, loopback_board, tmp_path / "roomy", model=model, trials=2 * len(extracted), evaluate=False)
+    for task in roomy.tasks:
+        if task.name in {t.name for t in compute}:
+            assert task.transferred_latency_us is not None and task.default_latency_us is not None, task.name
+            assert task.best_latency_us <= min(task.transferred_latency_us, task.default_latency_us) * 1.0001
+    # with transfer off, the same tune measures the default of every task the library lacks, as before
+    off = tune(host_profile(loopback_board, schedules=str(path), transfer="off"), loopback_board, tmp_path / "off",
+               model=model, trials=len(extracted), evaluate=False)
+    assert all(t.transferred_latency_us is None and t.default_latency_us is not None for t in off.tasks if t.name in lacking)
+
+
+def test_similar_records_come_nearest_shape_first() -> None:
+    """The first transferred seed (a one-trial tune's only one) is the shape whose tiles needed the least adapting."""
+    from edgetune.search.transfer import buffer_shapes, shape_distance
+
+    assert shape_distance([(1, 64, 56, 56)], [(1, 64, 56, 56)]) == 0
+    assert shape_distance([(1, 64, 56, 56)], [(1, 64, 28, 28)]) < shape_distance([(1, 64, 56, 56)], [(1, 64, 7, 7)])
+    assert shape_distance([(1, 64, 56, 56)], [(1, 64, 56)]) == float("inf")
+    assert shape_distance([(1, 8)], [(1, 8), (8,)]) == float("inf")
+
+    def dense(n: int):
+        a = tvm.te.placeholder((n, 16), name="a")
+        b = tvm.te.placeholder((16, 16), name="b")
+        k = tvm.te.reduce_axis((0, 16), name="k")
+        c = tvm.te.compute((n, 16), lambda i, j: tvm.te.sum(a[i, k] * b[k, j], axis=k), name="c")
+        return tvm.IRModule({"main": tvm.te.create_prim_func([a, b, c])})
+
+    assert buffer_shapes(dense(8)) == [(8, 16), (16, 16), (8, 16)]
 
 
 def test_a_damaged_library_leaves_the_tune_running(tmp_path, loopback_board) -> None:

@@ -152,7 +152,7 @@ def _tasks_table(summary: TuneSummary) -> str:
         rows.append([
             str(task.index), task.name, classes.get(task.name, "-"), f"{task.weight:g}", str(task.trials_before), str(task.trials_this_run),
             _num(best), _num(default), f"x{speedup:.2f}" if speedup else "-", "yes" if task.kept_default else "no",
-            _num(task.library_latency_us),
+            _num(task.library_latency_us) if task.transferred_latency_us is None else f"{_num(task.transferred_latency_us)} (other shape)",
             _retimed(task.retimed),
         ])
     caption = (
@@ -160,7 +160,8 @@ def _tasks_table(summary: TuneSummary) -> str:
         "<em>kept untuned</em>: no tuned candidate beat the task's default code, so the delivered model keeps it; "
         "<em>kernel</em>: compute-bound (convolutions, dense layers, matmuls) or memory-bound, and what kind; "
         "<em>library</em>: the schedule library's schedule of this exact workload as measured on this board, "
-        "where the task started from it; <em>re-timed</em>: the task's fastest schedules timed again before the "
+        "where the task started from it (<em>other shape</em>: the library lacked the workload, and its schedule of "
+        "the nearest shape of the operator, adapted, was measured first); <em>re-timed</em>: the task's fastest schedules timed again before the "
         "model was built, its best before and after (another pick marked *).</p>"
     )
     return caption + _table(head, rows, numeric, table_id="tasks")

@@ -60,6 +60,9 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     export.add_argument("--profile", "-p", default="host", help="whose target's records are exported (default: host)")
     export.add_argument("--top-k", type=int, default=3, help="schedules kept per workload (default 3)")
     export.add_argument("--budget", type=int, help="the budget per workload the history was tuned at (recorded in the file)")
+    export.add_argument("--min-records", type=int, default=1, metavar="N",
+                        help="leave out workloads with fewer than N records: a build stopped part-way measured the next "
+                        "model's first batch only (default 1: every workload)")
     export.add_argument("--zoo", nargs="+", metavar="SPEC",
                         help="the models the history was tuned from (recorded in the file, listed by info; put FILE before it)")
     export.set_defaults(func=_export)
@@ -93,7 +96,8 @@ def _export(args: argparse.Namespace) -> int:
     try:
         target = profile.tvm_target()
         library = export_library(history, args.file, target, top_k=args.top_k, budget_per_workload=args.budget,
-                                 zoo=args.zoo or (), conv_layout=layout_name(profile.tuning.conv_layout, target))
+                                 zoo=args.zoo or (), conv_layout=layout_name(profile.tuning.conv_layout, target),
+                                 min_records=args.min_records)
     finally:
         history.close()
     size = Path(args.file).stat().st_size

@@ -14,7 +14,10 @@ schedules where it was among the fastest (no search beat the unscheduled code
 of a channel shuffle's concat, reshape, transpose and split). Libraries made
 before edgetune kept that do not say: a memory-bound task from one of those
 measures its default too (:func:`default_unknown`). Other shapes of the same operator join the history's records
-as transfer seeds of the first batches (``tuning.transfer = "similar"``).
+as transfer seeds of the first batches (``tuning.transfer = "similar"``); a
+compute-bound task the library lacks measures the library's schedule of the
+nearest shape, adapted to it, as its first trial (in place of its untuned
+default under two trials per task: :func:`transferred_library_candidates`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class LibraryChoice:
     message: str = ""
     family: str = ""
     exact: dict[str, float] = field(default_factory=dict)  # task name -> the library's latency (us) where it measured it
+    #: task name -> the latency (us) of the library's schedule of another shape, adapted to the task and measured
+    transferred: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         lib = self.library
@@ -121,6 +126,33 @@ def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -
         if candidate is not None:
             replayed.append(candidate)
     return replayed
+
+
+def transferred_library_candidates(context: Any, library: ScheduleLibrary, target: Any, count: int = 1) -> list[Any]:
+    """For a compute-bound task the library lacks: its schedules of the same operator at the nearest shapes, adapted.
+
+    Up to ``count`` candidates, the nearest shape first (:func:`~edgetune.search.transfer.best_similar_records`).
+    They are measured as the task's first trials; under two trials per task in place of its untuned default
+    (:meth:`~edgetune.tuning.pipeline.TuningPipeline.open_session`): a one-trial tune would otherwise spend
+    it on the untuned loops of a convolution and deliver them. Memory-bound tasks, and a task of the exact
+    workload, get none.
+    """
+    from tvm import tirx
+
+    from ..search.transfer import best_similar_records, transferred_candidates
+    from ..tasks.inventory import classify
+    from ..tasks.signature import operator_signature
+
+    if count <= 0 or library.find(context.mod) is not None:
+        return []
+    funcs = [f for _g, f in context.mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    if not funcs or classify(funcs[0]) != "contraction":
+        return []
+    records = library.tuning_records(target, signature=operator_signature(context.mod))
+    if not records:
+        return []
+    similar = best_similar_records(records, context.mod, operator_signature, per_workload=1)
+    return transferred_candidates(context, similar, count)
 
 
 def default_unknown(context: Any, library: ScheduleLibrary) -> bool:

@@ -14,6 +14,7 @@ postprocessor rejects is skipped: transfer never fails a task.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -100,8 +101,8 @@ def best_similar_records(
     Default schedules (the untuned code) are left out: replayed, they give this
     workload's own default, which is measured anyway.
 
-    Interleaved across workloads (best of each first), so a few seeds already
-    come from several shapes.
+    Interleaved across workloads (best of each first, the nearest shape first:
+    :func:`shape_distance`), so a few seeds already come from several shapes.
     """
     import tvm_ffi
 
@@ -119,4 +120,37 @@ def best_similar_records(
         if signatures[key] == wanted:
             groups[key].append(record)
     ranked = [sorted(group, key=lambda r: float(np.mean([float(x) for x in r.run_secs])))[:per_workload] for group in groups.values()]
+    # the nearest shapes first: the first batch (and a one-trial tune, which measures only the first) gets
+    # the schedule whose tiles needed the least adapting
+    own_shapes = buffer_shapes(workload_mod)
+    ranked.sort(key=lambda group: shape_distance(own_shapes, buffer_shapes(group[0].workload.mod)))
     return [group[i] for i in range(per_workload) for group in ranked if i < len(group)]
+
+
+def buffer_shapes(mod: Any) -> list[tuple[int, ...]]:
+    """The shapes of a workload's arguments (its entry function's buffers), symbolic dimensions as -1."""
+    try:
+        args = ms.arg_info.ArgInfo.from_entry_func(mod, remove_preproc=True)
+    except Exception:  # noqa: BLE001 - a module without one entry function: no shape to compare
+        return []
+    return [tuple(int(d) if hasattr(d, "value") or isinstance(d, int) else -1 for d in getattr(a, "shape", ())) for a in args]
+
+
+def shape_distance(a: Sequence[tuple[int, ...]], b: Sequence[tuple[int, ...]]) -> float:
+    """How far two workloads' buffer shapes are: the sum of ``|log(x / y)|`` over matching dimensions.
+
+    0 for the same shapes; infinite where the buffers do not pair up (another rank or count).
+
+    >>> shape_distance([(1, 64, 56, 56)], [(1, 64, 28, 28)]) == 2 * math.log(2)
+    True
+    """
+    if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b)):
+        return math.inf
+    total = 0.0
+    for x, y in zip(a, b):
+        for p, q in zip(x, y):
+            if p <= 0 or q <= 0:
+                total += 0.0 if p == q else 1.0
+            else:
+                total += abs(math.log(p / q))
+    return total

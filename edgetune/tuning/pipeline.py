@@ -58,7 +58,7 @@ from ..tasks.graph import prepare_graph
 from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
 
-from ..schedules.use import LibraryChoice, choose_library, default_unknown, library_candidates
+from ..schedules.use import LibraryChoice, choose_library, default_unknown, library_candidates, transferred_library_candidates
 from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
@@ -138,6 +138,7 @@ class TaskPlan:
     caps_enforced: bool = False
     defaults_to_measure: list[int] = field(default_factory=list)  # tasks whose default schedule the history lacks
     library_candidates: dict[int, list[Any]] = field(default_factory=dict)  # task index -> the library's schedules
+    transferred: set[int] = field(default_factory=set)  # tasks whose library schedules are of another shape, adapted
     minor: set[str] = field(default_factory=set)  # tasks capped as minor (TuningPipeline.cap_minor_tasks)
     retime_limit: int = 0  # measurements allowed to time each task's fastest schedules again (tuning/confirm.py)
 
@@ -185,6 +186,7 @@ class TuneOutcome:
 
     warm: WarmStartReport = field(default_factory=WarmStartReport)
     defaults_measured: int = 0
+    library_measured: int = 0
     scheduler: Any = None  # the task scheduler object (built or passed in); None when the search did not run
     interrupted: bool = False
     stop_reason: str | None = None  # why the run stopped by itself (every board gone)
@@ -515,14 +517,21 @@ class TuningPipeline:
         contexts, weights = self.make_contexts(plan, strategy)
         progress = _progress_of(plan, contexts, weights, history, target)
         self._progress = progress
-        self.plan_library_schedules(plan, contexts, library)
+        self.plan_library_schedules(plan, contexts, library, target)
         cache = CandidateCache()
+        # under two trials per task, a task starting from the library's schedule of another shape spends its one
+        # trial on it, not on its untuned default (a convolution's untuned loops run 10-100x slower); with more,
+        # it measures both, so a small dense layer whose untuned loops beat any tiling keeps them
+        short = plan.remaining < 2 * len(contexts)
         for ctx, task in zip(contexts, progress.tasks):
             cache.add_history(history, ctx.mod, target)
             stored = cache.default_run_secs(ctx.mod)
             if stored is not None:
                 task.default_sec = _mean_or_none(stored)
-            elif task.index in plan.library_candidates and not default_unknown(ctx, library.library):
+            elif task.index in plan.transferred and short:
+                pass  # the library's schedule of the nearest shape is measured instead
+            elif (task.index in plan.library_candidates and task.index not in plan.transferred
+                  and not default_unknown(ctx, library.library)):
                 pass  # the library's schedule is measured instead: it beat the default, or is the default
             elif self.profile.tuning.default_schedule and str(target.kind.name) == "llvm":
                 # off: the search starts at once. GPU targets' untuned code is TVM's default GPU
@@ -588,7 +597,7 @@ class TuningPipeline:
                     self.sink.on_phase(progress)
                 if self.stop.event.is_set():
                     raise StopRequested("stop requested during the warm start")
-                self.measure_library_schedules(plan, session, recorder)
+                outcome.library_measured = self.measure_library_schedules(plan, session, recorder)
                 if plan.search_budget <= 0:
                     return outcome
                 self.plan_confirmation(plan)
@@ -650,7 +659,8 @@ class TuningPipeline:
         everything): each task is expected to reach half the profile's peak
         GFLOPS, or to stay at its untuned latency if that is lower, and a task
         whose untuned latency is under ``minor_task_share`` of that expected
-        model is minor. The caps go into ``plan.limits``, which the search reads;
+        model is minor. A task whose default is not measured (it starts from
+        the library's schedule) counts at half the peak. The caps go into ``plan.limits``, which the search reads;
         a minor task's cap counts its records in the history, so a resumed run
         adds nothing to a minor task that has its trials.
         """
@@ -665,6 +675,8 @@ class TuningPipeline:
             return min(task.default_sec, task.flops / (0.5 * peak * 1e9))
 
         model = sum(t.weight * expected_sec(t) for t in tasks)
+        if peak:  # tasks measured from the library instead of their default (compute-bound ones) count as tuned
+            model += sum(t.weight * t.flops / (0.5 * peak * 1e9) for t in progress.tasks if t.default_sec is None and t.flops)
         for task in tasks:
             if model and task.weight * task.default_sec < tuning.minor_task_share * model:
                 plan.limits.set_cap(task.name, max(0, tuning.minor_task_trials - task.previous_trials))
@@ -729,22 +741,31 @@ class TuningPipeline:
             announce(self.sink, plan.remaining, library.message)
         return library
 
-    def plan_library_schedules(self, plan: TaskPlan, contexts: list[Any], library: LibraryChoice) -> None:
-        """Per task new to the history, the library's schedules of its exact workload, measured first."""
+    def plan_library_schedules(self, plan: TaskPlan, contexts: list[Any], library: LibraryChoice, target: Any) -> None:
+        """Per task new to the history, the library's schedules of its exact workload, measured first.
+
+        A compute-bound task the library lacks gets the library's schedule of the nearest shape of its
+        operator instead (with ``tuning.transfer`` on), measured in place of its untuned default.
+        """
         if library.library is None or plan.remaining <= 0:
             return
         budget = plan.remaining
+        transfer = self.profile.tuning.transfer != "off"
         for index, ctx in enumerate(contexts):
             if plan.previous[index] == 0 and budget > 0:  # a task the history holds resumes from its own records
                 found = library_candidates(ctx, library.library, min(self.profile.tuning.library_schedules, budget))
+                if not found and transfer:
+                    found = transferred_library_candidates(ctx, library.library, target, 1)
+                    if found:
+                        plan.transferred.add(index)
                 if found:
                     plan.library_candidates[index] = found
                     budget -= len(found)
 
-    def measure_library_schedules(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> None:
-        """Each covered task's library schedules, measured on the board as its first trials and stored."""
+    def measure_library_schedules(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
+        """Each covered task's library schedules, measured on the board as its first trials and stored; how many."""
         if not plan.library_candidates:
-            return
+            return 0
         progress, library = session.progress, session.library
         assert library is not None
         progress.phase = f"measuring the schedule library's schedules of {len(plan.library_candidates)} tasks"
@@ -758,10 +779,12 @@ class TuningPipeline:
                     plan.limits.add_measured_before(name)
                     if built.error_msg is None and ran.error_msg is None and ran.run_secs:
                         latency_us = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
-                        library.exact[name] = min(latency_us, library.exact.get(name, latency_us))
+                        kept = library.transferred if index in plan.transferred else library.exact
+                        kept[name] = min(latency_us, kept.get(name, latency_us))
                     record(recorder, index, [candidate], [built], [ran])
         progress.phase = "tuning"
         self.sink.on_phase(progress)
+        return sum(map(len, plan.library_candidates.values()))
 
     def measure_default_schedules(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
         """Each task's untuned code, measured once and stored: the search must beat it to replace it; how many."""
@@ -820,6 +843,7 @@ class TuningPipeline:
                 failed=sum(t.failed for t in progress.tasks),
                 build_timeouts=builder_stats.timed_out,
                 default_schedules=outcome.defaults_measured,
+                library_schedules=outcome.library_measured,
                 waited_for_others=session.claims.waited if session.claims is not None else 0,
                 retimed=sum(task.retimed for task in outcome.confirmed),
             ),
@@ -855,7 +879,8 @@ class TuningPipeline:
             interrupted=outcome.interrupted,
             tasks=[
                 t.to_result(_kept_default(session, i), plan.limits.cap(t.name), str(tvm_ffi.structural_hash(session.contexts[i].mod)),
-                             library.exact.get(t.name) if library is not None else None, retimed.get(t.name))
+                             library.exact.get(t.name) if library is not None else None, retimed.get(t.name),
+                             library.transferred.get(t.name) if library is not None else None)
                 for i, t in enumerate(progress.tasks)
             ],
             curve=[point.to_dict() for point in progress.curve],

@@ -33,7 +33,7 @@ class TaskProgress:
 
     def to_result(
         self, kept_default: bool, cap: int | None, workload_hash: str = "", library_us: float | None = None,
-        retimed: dict[str, Any] | None = None,
+        retimed: dict[str, Any] | None = None, transferred_us: float | None = None,
     ) -> TaskResult:
         """The task as the summary keeps it (microseconds); :meth:`TuneProgress.from_summary` reads it back."""
         return TaskResult(
@@ -52,6 +52,7 @@ class TaskProgress:
             workload_hash=workload_hash,
             library_latency_us=library_us,
             retimed=retimed,
+            transferred_latency_us=transferred_us,
         )
 
 

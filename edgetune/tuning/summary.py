@@ -48,6 +48,8 @@ class TrialCounts:
     failed: int
     build_timeouts: int
     default_schedules: int = 0  # of this run's trials: tasks' untuned code, measured before the search (tuning.baseline)
+    # of this run's trials: the schedule library's schedules (of the exact workload or, adapted, another shape), measured first
+    library_schedules: int = 0
     # of served_from_history: candidates another process sharing the history measured (or was measuring) meanwhile
     waited_for_others: int = 0
     # beside this run's trials: measurements that timed each task's fastest schedules again (tuning/confirm.py)
@@ -95,6 +97,9 @@ class TaskResult:
     library_latency_us: float | None = None
     # its fastest schedules timed again before the model was built: candidates, before_us, after_us, pick_changed
     retimed: dict[str, Any] | None = None
+    # the library's schedule of another shape of this operator, adapted and measured on this board in place of
+    # the untuned default (None: the task's exact workload was in the library, or none transferred)
+    transferred_latency_us: float | None = None
 
 
 @dataclass
@@ -193,6 +198,14 @@ class TuneSummary:
                 f"{len(started)} of {len(self.tasks)} tasks started from the library's schedule of their exact workload; "
                 f"final best / library schedule on this board: median {median:.2f}, "
                 f"{sum(r < 0.995 for r in ratios)} improved on it by tuning"
+            )
+        moved = [t for t in self.tasks if t.transferred_latency_us is not None]
+        if moved:
+            ratios = sorted(t.best_latency_us / t.transferred_latency_us for t in moved if t.best_latency_us)
+            median = ratios[len(ratios) // 2] if ratios else float("nan")
+            lines.append(
+                f"{len(moved)} of {len(self.tasks)} tasks started from the library's schedule of another shape of their "
+                f"operator, adapted; final best / that schedule: median {median:.2f}, {sum(r < 0.995 for r in ratios)} improved on it"
             )
         return lines
 

@@ -374,7 +374,11 @@ class TuningPipeline:
                 # other shapes of the same operator from the library join the history's
                 records += library.library.tuning_records(target, signature=operator_signature(context.mod))
             similar = best_similar_records(records, context.mod, operator_signature)
-            return transferred_candidates(context, similar, limit)
+            # a seed the board measured already (the library's nearest shape, measured first) would only be
+            # served from the history: a trial of the batch spent on nothing new
+            found = transferred_candidates(context, similar, limit + 1)
+            fresh = [c for c in found if not history.has_candidate(context.mod, target, c.sch.trace)]
+            return fresh[:limit]
 
         return seeds
 
@@ -530,6 +534,8 @@ class TuningPipeline:
                 task.default_sec = _mean_or_none(stored)
             elif task.index in plan.transferred and short:
                 pass  # the library's schedule of the nearest shape is measured instead
+            elif plan.previous[task.index] > 0 and library.library is not None:
+                pass  # resumed: a task the last run started from the library (no default then) goes on from its records
             elif (task.index in plan.library_candidates and task.index not in plan.transferred
                   and not default_unknown(ctx, library.library)):
                 pass  # the library's schedule is measured instead: it beat the default, or is the default

@@ -440,6 +440,48 @@ def test_a_task_the_library_lacks_starts_from_its_nearest_shape_in_place_of_the_
     assert all(t.transferred_latency_us is None and t.default_latency_us is not None for t in off.tasks if t.name in lacking)
 
 
+def test_a_failed_schedule_of_another_shape_falls_back_to_the_measured_default(
+    library_file, tmp_path, loopback_board, monkeypatch
+) -> None:
+    """At one trial per task, the library's schedule of another shape takes the place of the task's default. When it
+    failed to build or run, the task had no record: the model got the untuned code, unmeasured and not reported as
+    kept. Now the default is measured after it and delivered as kept."""
+    import tvm.s_tir.meta_schedule as ms
+
+    from edgetune.tuning import TuningPipeline, TuneOptions
+    from edgetune.tuning import pipeline as pipeline_module
+
+    path, _db, _profile = library_file
+    library = load_library(path)
+    profile = host_profile(loopback_board, schedules=str(path))
+    model = "demo:tiny-cnn@40"
+    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    lacking = {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
+    real = pipeline_module.measure_candidates
+    failed: list[str] = []
+
+    def failing(contexts, by_task, builder, runner):  # the board rejects every schedule of another shape
+        measured = real(contexts, by_task, builder, runner)
+        for index, (candidate, built, _ran) in list(measured.items()):
+            if str(contexts[index].task_name) in lacking:
+                failed.append(str(contexts[index].task_name))
+                measured[index] = (candidate, built, ms.runner.RunnerResult(run_secs=None, error_msg="injected failure"))
+        return measured
+
+    monkeypatch.setattr(pipeline_module, "measure_candidates", failing)
+    summary = tune(profile, loopback_board, tmp_path / "run", model=model, trials=len(extracted), evaluate=False)
+    assert len(failed) >= 2, "the 40x40 CNN's convolutions start from the library's 32x32 schedules"
+    for task in summary.tasks:
+        if task.name in failed:
+            assert task.transferred_latency_us is None and task.default_latency_us is not None, task.name
+            assert task.kept_default and task.best_latency_us == pytest.approx(task.default_latency_us), task.name
+            assert task.trials_this_run == 2, task.name  # the failed schedule and the default
+    assert set(failed) <= set(summary.tasks_kept_default)
+    defaults_without_failure = sum(1 for t in summary.tasks if t.name in lacking and t.name not in failed)
+    assert summary.trials.default_schedules == len(failed) + defaults_without_failure
+
+
 def test_similar_records_come_nearest_shape_first() -> None:
     """The first transferred seed (a one-trial tune's only one) is the shape whose tiles needed the least adapting."""
     from edgetune.search.transfer import buffer_shapes, shape_distance

@@ -604,6 +604,7 @@ class TuningPipeline:
                 if self.stop.event.is_set():
                     raise StopRequested("stop requested during the warm start")
                 outcome.library_measured = self.measure_library_schedules(plan, session, recorder)
+                outcome.defaults_measured += self.measure_failed_transfer_defaults(plan, session, recorder)
                 if plan.search_budget <= 0:
                     return outcome
                 self.plan_confirmation(plan)
@@ -783,7 +784,7 @@ class TuningPipeline:
                 for index, (candidate, built, ran) in measured.items():
                     name = progress.tasks[index].name
                     plan.limits.add_measured_before(name)
-                    if built.error_msg is None and ran.error_msg is None and ran.run_secs:
+                    if built.error_msg is None and ran.error_msg is None and ran.run_secs and not is_failed(ran.run_secs):
                         latency_us = float(np.mean([float(x) for x in ran.run_secs])) * 1e6
                         kept = library.transferred if index in plan.transferred else library.exact
                         kept[name] = min(latency_us, kept.get(name, latency_us))
@@ -792,14 +793,40 @@ class TuningPipeline:
         self.sink.on_phase(progress)
         return sum(map(len, plan.library_candidates.values()))
 
-    def measure_default_schedules(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
-        """Each task's untuned code, measured once and stored: the search must beat it to replace it; how many."""
-        if not plan.defaults_to_measure:
+    def measure_failed_transfer_defaults(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
+        """The untuned default of each task whose library schedule of another shape failed to build or run; how many.
+
+        That schedule took the place of the default: without a record the model would get the untuned code,
+        unmeasured and not flagged as kept. Its trial comes from the search's where it has any, else it is one
+        trial over the budget per such task.
+        """
+        progress = session.progress
+        failed = [
+            i for i in sorted(plan.transferred)
+            if progress.tasks[i].name not in session.library.transferred
+            and i not in plan.defaults_to_measure and progress.tasks[i].default_sec is None
+        ]
+        if not failed or not self.profile.tuning.default_schedule or str(session.target.kind.name) != "llvm":
+            return 0
+        announce(self.sink, plan.remaining, f"the library's schedule of another shape failed for {len(failed)} task(s): "
+                 "measuring their untuned defaults instead")
+        plan.defaults_to_measure.extend(failed)
+        return self.measure_default_schedules(plan, session, recorder, failed)
+
+    def measure_default_schedules(
+        self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport, indices: list[int] | None = None,
+    ) -> int:
+        """Each task's untuned code, measured once and stored: the search must beat it to replace it; how many.
+
+        ``indices``: these tasks only (default: all of ``plan.defaults_to_measure``).
+        """
+        indices = plan.defaults_to_measure if indices is None else indices
+        if not indices:
             return 0
         progress = session.progress
         progress.phase = "measuring each task's default schedule (the untuned baseline)"
         self.sink.on_phase(progress)
-        measured = measure_defaults(session.contexts, plan.defaults_to_measure, session.builder, session.runner)
+        measured = measure_defaults(session.contexts, indices, session.builder, session.runner)
         with _record_all_then_stop() as record:
             for index, (candidate, built, ran) in measured.items():
                 plan.limits.add_measured_before(progress.tasks[index].name)

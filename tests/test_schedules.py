@@ -482,6 +482,35 @@ def test_a_failed_schedule_of_another_shape_falls_back_to_the_measured_default(
     assert summary.trials.default_schedules == len(failed) + defaults_without_failure
 
 
+def test_the_library_serves_the_nearest_shapes_first_and_their_fastest_schedules(library_file) -> None:
+    """A task the library lacks replays the traces of the nearest few shapes of its operator only: replaying every
+    shape's (MobileNetV2 at 160 against the AVX-512 library) cost a one-trial tune 8 s of its wall time."""
+    from edgetune.search.default_schedule import is_default_json
+    from edgetune.search.transfer import buffer_shapes, shape_distance
+    from edgetune.tasks.signature import operator_signature
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    path, _db, profile = library_file
+    library = load_library(path)
+    target = profile.tvm_target()
+    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn@40", out_dir=Path("/nonexistent")))
+    extracted = [t.dispatched[0] for t in probe.extract_tasks(target, probe.check_inputs()[1])]
+    checked = 0
+    for mod in extracted:
+        signature = operator_signature(mod)
+        nearest = library.nearest_workloads(mod, signature)
+        assert {w.shash for w in nearest} == {w.shash for w in library.workloads if w.signature == list(signature) and w.schedules}
+        distances = [shape_distance(buffer_shapes(mod), w.shapes) for w in nearest]
+        assert distances == sorted(distances)
+        if len(nearest) >= 2:
+            checked += 1
+            one = library.tuning_records(target, workloads=nearest[:1], per_workload=1)
+            fastest = min(s.latency_us for s in nearest[0].schedules if not is_default_json(s.trace_json))
+            assert len(one) == 1 and float(one[0].run_secs[0]) == pytest.approx(fastest * 1e-6)
+            assert len(library.tuning_records(target, workloads=nearest[:2], per_workload=1)) == 2
+    assert checked, "some operator of the 40x40 CNN has two shapes in the 32x32 CNN's library"
+
+
 def test_similar_records_come_nearest_shape_first() -> None:
     """The first transferred seed (a one-trial tune's only one) is the shape whose tiles needed the least adapting."""
     from edgetune.search.transfer import buffer_shapes, shape_distance

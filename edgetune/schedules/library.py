@@ -67,14 +67,26 @@ class LibraryWorkload:
     default_latency_us: float | None = None
 
     _mod: Any = field(default=None, init=False, repr=False, compare=False)
+    _shapes: list[tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def mod(self) -> Any:
         if self._mod is None:
-            import tvm
+            # a library loads only under the TVM version that wrote it (load_library): tvm.ir.load_json's
+            # upgrade pass, which re-encodes the whole JSON, would cost a tune seconds for nothing
+            from tvm_ffi.serialization import from_json_graph_str
 
-            self._mod = tvm.ir.load_json(self.mod_json)
+            self._mod = from_json_graph_str(self.mod_json)
         return self._mod
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Its arguments' shapes (:func:`~edgetune.search.transfer.buffer_shapes`), for the nearest shape to another."""
+        if self._shapes is None:
+            from ..search.transfer import buffer_shapes
+
+            self._shapes = buffer_shapes(self.mod)
+        return self._shapes
 
     def trace(self, schedule: LibrarySchedule) -> Any:
         """``schedule``'s trace, rebuilt by replaying its JSON on this workload (how MetaSchedule's databases read one)."""
@@ -103,6 +115,15 @@ class ScheduleLibrary:
     def family(self) -> str:
         return str(self.header.get("family", {}).get("name", "?"))
 
+    def nearest_workloads(self, mod: Any, signature: Any) -> list[LibraryWorkload]:
+        """Its workloads of operator ``signature``, the nearest shape to ``mod``'s first (``mod``'s own among them)."""
+        from ..search.transfer import buffer_shapes, shape_distance
+
+        own = buffer_shapes(mod)
+        same = [w for w in self.workloads if tuple(w.signature) == tuple(signature) and w.schedules]
+        ranked = sorted((shape_distance(own, w.shapes), i) for i, w in enumerate(same))
+        return [same[i] for _distance, i in ranked]
+
     def find(self, mod: Any) -> LibraryWorkload | None:
         """The library's entry for exactly this workload (structural hash, then structural equality).
 
@@ -120,24 +141,27 @@ class ScheduleLibrary:
                 return workload
         return None
 
-    def tuning_records(self, target: Any, signature: Any = None) -> list[Any]:
+    def tuning_records(
+        self, target: Any, signature: Any = None, workloads: list[LibraryWorkload] | None = None,
+        per_workload: int | None = None,
+    ) -> list[Any]:
         """The schedules as MetaSchedule ``TuningRecord``s on ``target`` (for transfer to similar shapes).
 
-        ``signature``: only workloads of that operator signature (replaying every trace costs time).
-        A trace that no longer replays on its own workload is left out.
+        ``signature``: only workloads of that operator signature (replaying every trace costs time);
+        ``workloads``: only these; ``per_workload``: each one's fastest few only. A trace that no longer
+        replays on its own workload is left out.
         """
         import tvm.s_tir.meta_schedule as ms
 
         from ..search.default_schedule import is_default_json
 
         out = []
-        for workload in self.workloads:
+        for workload in self.workloads if workloads is None else workloads:
             if signature is not None and tuple(workload.signature) != tuple(signature):
                 continue
             entry = ms.database.Workload(workload.mod)
-            for schedule in workload.schedules:
-                if is_default_json(schedule.trace_json):
-                    continue  # the unscheduled code: nothing to transfer to another shape
+            tuned = [s for s in workload.schedules if not is_default_json(s.trace_json)]  # the default: nothing to transfer
+            for schedule in sorted(tuned, key=lambda s: s.latency_us)[:per_workload]:
                 key = (id(workload), id(schedule))
                 if key not in self._traces:
                     try:

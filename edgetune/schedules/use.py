@@ -139,7 +139,7 @@ def transferred_library_candidates(context: Any, library: ScheduleLibrary, targe
     """
     from tvm import tirx
 
-    from ..search.transfer import best_similar_records, transferred_candidates
+    from ..search.transfer import transferred_candidates
     from ..tasks.inventory import classify
     from ..tasks.signature import operator_signature
 
@@ -148,11 +148,14 @@ def transferred_library_candidates(context: Any, library: ScheduleLibrary, targe
     funcs = [f for _g, f in context.mod.functions_items() if isinstance(f, tirx.PrimFunc)]
     if not funcs or classify(funcs[0]) != "contraction":
         return []
-    records = library.tuning_records(target, signature=operator_signature(context.mod))
-    if not records:
-        return []
-    similar = best_similar_records(records, context.mod, operator_signature, per_workload=1)
-    return transferred_candidates(context, similar, count)
+    found: list[Any] = []
+    # nearest shape first, one workload at a time: replaying every trace of the operator cost a tune seconds
+    for workload in library.nearest_workloads(context.mod, operator_signature(context.mod)):
+        fastest = library.tuning_records(target, workloads=[workload], per_workload=1)
+        found += transferred_candidates(context, fastest, count - len(found))
+        if len(found) >= count:
+            break
+    return found
 
 
 def default_unknown(context: Any, library: ScheduleLibrary) -> bool:

@@ -93,6 +93,10 @@ def transferred_candidates(context: Any, records: Iterable[Any], limit: int) -> 
     return found
 
 
+_SIGNATURES: dict[Any, dict[int, Any]] = {}  # signature function -> structural hash -> signature
+_SIGNATURES_KEPT = 20000
+
+
 def best_similar_records(
     records: Iterable[Any], workload_mod: Any, signature_of: Any, per_workload: int = 2
 ) -> list[Any]:
@@ -109,15 +113,18 @@ def best_similar_records(
     wanted = signature_of(workload_mod)
     own = int(tvm_ffi.structural_hash(workload_mod))
     groups: dict[int, list[Any]] = defaultdict(list)
-    signatures: dict[int, Any] = {}
+    # a workload's signature serialises its module: computed once per workload and process, not once per task
+    signatures = _SIGNATURES.setdefault(signature_of, {})
+    if len(signatures) > _SIGNATURES_KEPT:
+        signatures.clear()
     for record in records:
         mod = record.workload.mod
         key = int(tvm_ffi.structural_hash(mod))
-        if key == own or is_failed([float(x) for x in record.run_secs]) or is_default_trace(record.trace):
+        if key == own:
             continue
         if key not in signatures:
             signatures[key] = signature_of(mod)
-        if signatures[key] == wanted:
+        if signatures[key] == wanted and not is_failed([float(x) for x in record.run_secs]) and not is_default_trace(record.trace):
             groups[key].append(record)
     ranked = [sorted(group, key=lambda r: float(np.mean([float(x) for x in r.run_secs])))[:per_workload] for group in groups.values()]
     # the nearest shapes first: the first batch (and a one-trial tune, which measures only the first) gets

@@ -371,8 +371,10 @@ class TuningPipeline:
         def seeds(context: Any, limit: int) -> list[Any]:
             records = [record for record, _board in history.successful_records(target, limit=2000)]
             if library is not None and library.library is not None:
-                # other shapes of the same operator from the library join the history's
-                records += library.library.tuning_records(target, signature=operator_signature(context.mod))
+                # other shapes of the same operator from the library join the history's: the nearest few
+                # (replaying the traces of every shape costs seconds; the batch takes the nearest first)
+                nearest = library.library.nearest_workloads(context.mod, operator_signature(context.mod))
+                records += library.library.tuning_records(target, workloads=nearest[: max(4, 2 * limit)], per_workload=2)
             similar = best_similar_records(records, context.mod, operator_signature)
             # a seed the board measured already (the library's nearest shape, measured first) would only be
             # served from the history: a trial of the batch spent on nothing new

@@ -349,3 +349,24 @@ def test_claims_of_a_killed_process_expire_and_are_taken_over(store, store_url):
     finally:
         if proc.is_alive():
             proc.kill()
+
+
+def test_workload_json_of_this_tvm_version_skips_the_upgrade_pass(monkeypatch) -> None:
+    """Histories and libraries load hundreds of workloads: tvm.ir.load_json's upgrade pass took 7x the load itself.
+    JSON this TVM version wrote loads directly and equal; another version's still goes through the upgrade."""
+    import tvm
+    import tvm_ffi
+
+    from edgetune.common.tvm_json import load_tvm_json
+
+    a = tvm.te.placeholder((4, 8), name="a")
+    b = tvm.te.compute((4, 8), lambda i, j: a[i, j] * 2.0, name="b")
+    mod = tvm.IRModule({"main": tvm.te.create_prim_func([a, b])})
+    text = tvm.ir.save_json(mod)
+    assert tvm.__version__ in text
+    upgraded: list[str] = []
+    real = tvm.ir.load_json
+    monkeypatch.setattr(tvm.ir, "load_json", lambda s: upgraded.append(s) or real(s))
+    assert tvm_ffi.structural_equal(load_tvm_json(text), mod) and not upgraded
+    older = text.replace(tvm.__version__, "0.20.0")
+    assert tvm_ffi.structural_equal(load_tvm_json(older), mod) and upgraded == [older]

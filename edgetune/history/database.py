@@ -39,6 +39,7 @@ from tvm.target import Target
 
 from edgetune._version import __version__
 from edgetune.common.failure import FAILED_RUN_SECS, UNKNOWN_FAILURE, is_failed
+from edgetune.common.tvm_json import load_tvm_json
 from edgetune.errors import HistoryError
 from edgetune.history.migrate import stored_version
 from edgetune.history.schema import (
@@ -338,7 +339,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         ).all()
         for row in rows:
             if row.id not in self._by_id:
-                self._attach(row.id, row.shash, tvm.ir.load_json(row.mod_json))
+                self._attach(row.id, row.shash, load_tvm_json(row.mod_json))
 
     def _find_mod(self, conn: Connection, mod: IRModule) -> StoredWorkload | None:
         shash = str(tvm_ffi.structural_hash(mod))

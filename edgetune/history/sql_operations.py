@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-import tvm
 from sqlalchemy.engine import Connection
 from tvm.s_tir.meta_schedule.database import TuningRecord
 from tvm.target import Target
 
 from edgetune.common.failure import is_failed
+from edgetune.common.tvm_json import load_tvm_json
 from edgetune.common.choices import DEDUPE_METHODS
 from edgetune.errors import HistoryError
 from edgetune.history.schema import records, workloads
@@ -313,7 +313,7 @@ class SqlOperations(BulkStore):
         return result
 
     def _import_workload(self, conn: Connection, obj: dict[str, Any], result: ImportResult) -> StoredWorkload:
-        mod = tvm.ir.load_json(obj["mod_json"])
+        mod = load_tvm_json(obj["mod_json"])
         entry = self._core._find(conn, mod)
         if entry is not None:
             return entry

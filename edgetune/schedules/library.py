@@ -72,11 +72,9 @@ class LibraryWorkload:
     @property
     def mod(self) -> Any:
         if self._mod is None:
-            # a library loads only under the TVM version that wrote it (load_library): tvm.ir.load_json's
-            # upgrade pass, which re-encodes the whole JSON, would cost a tune seconds for nothing
-            from tvm_ffi.serialization import from_json_graph_str
+            from ..common.tvm_json import load_tvm_json
 
-            self._mod = from_json_graph_str(self.mod_json)
+            self._mod = load_tvm_json(self.mod_json)
         return self._mod
 
     @property

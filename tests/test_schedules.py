@@ -440,7 +440,7 @@ def test_a_task_the_library_lacks_starts_from_its_nearest_shape_in_place_of_the_
     assert all(t.transferred_latency_us is None and t.default_latency_us is not None for t in off.tasks if t.name in lacking)
 
 
-def test_a_failed_schedule_of_another_shape_falls_back_to_the_measured_default(
+def test_failed_library_schedules_fall_back_to_the_measured_default(
     library_file, tmp_path, loopback_board, monkeypatch
 ) -> None:
     """At one trial per task, the library's schedule of another shape takes the place of the task's default. When it
@@ -480,6 +480,18 @@ def test_a_failed_schedule_of_another_shape_falls_back_to_the_measured_default(
     assert set(failed) <= set(summary.tasks_kept_default)
     defaults_without_failure = sum(1 for t in summary.tasks if t.name in lacking and t.name not in failed)
     assert summary.trials.default_schedules == len(failed) + defaults_without_failure
+    # the library's schedules of the exact workloads too (a library from another machine of the family whose
+    # traces do not build here): every task measures its default, none is delivered unmeasured
+    exact = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path))
+    exact_tasks = exact.extract_tasks(profile.tvm_target(), exact.check_inputs()[1])
+    lacking.update(str(task.task_name) for task in exact_tasks)
+    failed.clear()
+    everything = tune(profile, loopback_board, tmp_path / "all-fail", trials=len(exact_tasks), evaluate=False)
+    assert failed, "the 32x32 CNN's tasks start from the library"
+    for task in everything.tasks:
+        assert task.default_latency_us is not None and task.best_latency_us is not None, task.name
+        if task.name in failed:
+            assert task.kept_default and task.library_latency_us is None, task.name
 
 
 def test_the_library_serves_the_nearest_shapes_first_and_their_fastest_schedules(library_file) -> None:

@@ -606,7 +606,7 @@ class TuningPipeline:
                 if self.stop.event.is_set():
                     raise StopRequested("stop requested during the warm start")
                 outcome.library_measured = self.measure_library_schedules(plan, session, recorder)
-                outcome.defaults_measured += self.measure_failed_transfer_defaults(plan, session, recorder)
+                outcome.defaults_measured += self.measure_failed_library_defaults(plan, session, recorder)
                 if plan.search_budget <= 0:
                     return outcome
                 self.plan_confirmation(plan)
@@ -795,22 +795,23 @@ class TuningPipeline:
         self.sink.on_phase(progress)
         return sum(map(len, plan.library_candidates.values()))
 
-    def measure_failed_transfer_defaults(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
-        """The untuned default of each task whose library schedule of another shape failed to build or run; how many.
+    def measure_failed_library_defaults(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
+        """The untuned default of each task whose library schedules all failed to build or run; how many.
 
-        That schedule took the place of the default: without a record the model would get the untuned code,
-        unmeasured and not flagged as kept. Its trial comes from the search's where it has any, else it is one
-        trial over the budget per such task.
+        They took the place of the default (a schedule of another shape under two trials per task, or the
+        exact workload's where the library says it beats the default): without a record the model would get
+        the untuned code, unmeasured and not reported as kept. Its trial comes from the search's where it has
+        any, else it is one trial over the budget per such task.
         """
-        progress = session.progress
+        progress, library = session.progress, session.library
         failed = [
-            i for i in sorted(plan.transferred)
-            if progress.tasks[i].name not in session.library.transferred
+            i for i in sorted(plan.library_candidates)
+            if progress.tasks[i].name not in library.transferred and progress.tasks[i].name not in library.exact
             and i not in plan.defaults_to_measure and progress.tasks[i].default_sec is None
         ]
         if not failed or not self.profile.tuning.default_schedule or str(session.target.kind.name) != "llvm":
             return 0
-        announce(self.sink, plan.remaining, f"the library's schedule of another shape failed for {len(failed)} task(s): "
+        announce(self.sink, plan.remaining, f"the library's schedules failed to build or run for {len(failed)} task(s): "
                  "measuring their untuned defaults instead")
         plan.defaults_to_measure.extend(failed)
         return self.measure_default_schedules(plan, session, recorder, failed)

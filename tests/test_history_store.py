@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import tvm
+import tvm_ffi
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
@@ -111,6 +112,21 @@ def test_successful_records_newest_first_with_their_board(store):
     assert [_secs(r) for r, _ in found] == [[5e-5], [1e-3], [4e-3]]
     assert {board for _, board in found} == {"board-a"}
     assert len(store.successful_records(ARM, limit=1)) == 1
+
+
+def test_fastest_records_per_workload_of_the_workloads_kept(store):
+    """Transfer's seeds: each workload's fastest few on a target, its failures left out, workloads filtered first."""
+    assert sorted(_secs(r) for r in store.fastest_records(ARM, per_workload=1)) == [[5e-5], [1e-3]]
+    assert sorted(_secs(r) for r in store.fastest_records(ARM, per_workload=2)) == [[5e-5], [1e-3], [4e-3]]
+    assert [_secs(r) for r in store.fastest_records(X86)] == [[3e-4]]
+    asked: list[int] = []
+
+    def only_the_8x8(mod) -> bool:
+        asked.append(1)
+        return tvm_ffi.structural_equal(mod, MOD8)
+
+    assert [_secs(r) for r in store.fastest_records(ARM, per_workload=2, keep=only_the_8x8)] == [[5e-5]]
+    assert len(asked) == 2  # once per workload, not once per record
 
 
 def test_counts_candidates_and_best(store):

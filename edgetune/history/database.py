@@ -650,6 +650,42 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             rows = conn.execute(stmt).all()
             return list(zip(self._to_records(conn, rows), (str(row.board_id) for row in rows)))
 
+    def fastest_records(
+        self, target: Target, *, per_workload: int = 2, keep: Callable[[IRModule], bool] | None = None
+    ) -> list[TuningRecord]:
+        ranked = (
+            sa.select(
+                *RECORD_COLUMNS,
+                sa.func.row_number()
+                .over(partition_by=records.c.workload_id, order_by=(records.c.mean_run_sec, records.c.id))
+                .label("rank"),
+                records.c.mean_run_sec,
+            )
+            .where(
+                records.c.target_hash == sha256(target_json(target)),
+                records.c.mean_run_sec.is_not(None),
+                *self._timed(),
+            )
+            .subquery()
+        )
+        stmt = sa.select(ranked).where(ranked.c.rank <= per_workload).order_by(ranked.c.workload_id, ranked.c.rank)
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+            entries = self._entries(conn, {row.workload_id for row in rows})
+            by_entry: dict[int, list[Row]] = {}
+            verdicts: dict[int, bool] = {}
+            for row in rows:
+                entry = entries[row.workload_id]
+                key = id(entry)
+                if key not in verdicts:
+                    verdicts[key] = keep is None or bool(keep(entry.workload.mod))
+                if verdicts[key]:
+                    by_entry.setdefault(key, []).append(row)
+            # one workload stored under several rows (equal modules serialised apart) keeps its fastest overall
+            kept = [row for group in by_entry.values()
+                    for row in sorted(group, key=lambda r: (r.mean_run_sec, r.id))[:per_workload]]
+            return self._to_records(conn, kept)
+
     def _candidate(
         self, workload: Workload | IRModule, target: Target, trace: Trace
     ) -> Row | None:

@@ -14,7 +14,7 @@ records by id).
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -302,6 +302,16 @@ class HistoryStore(abc.ABC):
     @abc.abstractmethod
     def successful_records(self, target: Target, *, limit: int = 5000) -> list[tuple[TuningRecord, str]]:
         """Successful records on ``target``, newest first, each with the board that measured it."""
+
+    @abc.abstractmethod
+    def fastest_records(
+        self, target: Target, *, per_workload: int = 2, keep: Callable[[IRModule], bool] | None = None
+    ) -> list[TuningRecord]:
+        """Each workload's ``per_workload`` fastest successful records on ``target``, fastest first within one.
+
+        ``keep``: only workloads whose module it accepts, asked before any record is read (a similar
+        operator's schedules for transfer: reading every record replays every trace).
+        """
 
     @abc.abstractmethod
     def count_records(

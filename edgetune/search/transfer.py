@@ -97,6 +97,22 @@ _SIGNATURES: dict[Any, dict[int, Any]] = {}  # signature function -> structural 
 _SIGNATURES_KEPT = 20000
 
 
+def cached_signature(signature_of: Any, mod: Any, key: int | None = None) -> Any:
+    """``signature_of(mod)``, computed once per workload and process (it serialises the module).
+
+    ``key``: ``mod``'s structural hash where the caller has it.
+    """
+    import tvm_ffi
+
+    signatures = _SIGNATURES.setdefault(signature_of, {})
+    if len(signatures) > _SIGNATURES_KEPT:
+        signatures.clear()
+    key = int(tvm_ffi.structural_hash(mod)) if key is None else key
+    if key not in signatures:
+        signatures[key] = signature_of(mod)
+    return signatures[key]
+
+
 def best_similar_records(
     records: Iterable[Any], workload_mod: Any, signature_of: Any, per_workload: int = 2
 ) -> list[Any]:
@@ -113,18 +129,13 @@ def best_similar_records(
     wanted = signature_of(workload_mod)
     own = int(tvm_ffi.structural_hash(workload_mod))
     groups: dict[int, list[Any]] = defaultdict(list)
-    # a workload's signature serialises its module: computed once per workload and process, not once per task
-    signatures = _SIGNATURES.setdefault(signature_of, {})
-    if len(signatures) > _SIGNATURES_KEPT:
-        signatures.clear()
     for record in records:
         mod = record.workload.mod
         key = int(tvm_ffi.structural_hash(mod))
         if key == own:
             continue
-        if key not in signatures:
-            signatures[key] = signature_of(mod)
-        if signatures[key] == wanted and not is_failed([float(x) for x in record.run_secs]) and not is_default_trace(record.trace):
+        if (cached_signature(signature_of, mod, key) == wanted and not is_failed([float(x) for x in record.run_secs])
+                and not is_default_trace(record.trace)):
             groups[key].append(record)
     ranked = [sorted(group, key=lambda r: float(np.mean([float(x) for x in r.run_secs])))[:per_workload] for group in groups.values()]
     # the nearest shapes first: the first batch (and a one-trial tune, which measures only the first) gets

@@ -112,6 +112,11 @@ def test_successful_records_newest_first_with_their_board(store):
     assert [_secs(r) for r, _ in found] == [[5e-5], [1e-3], [4e-3]]
     assert {board for _, board in found} == {"board-a"}
     assert len(store.successful_records(ARM, limit=1)) == 1
+    # of the workloads kept only, each asked once, the limit counting what is kept
+    asked: list[int] = []
+    mod_only = store.successful_records(ARM, limit=1, keep=lambda mod: asked.append(1) or not tvm_ffi.structural_equal(mod, MOD8))
+    assert [_secs(r) for r, _ in mod_only] == [[1e-3]] and len(asked) == 2
+    assert store.successful_records(ARM, keep=lambda mod: False) == []
 
 
 def test_fastest_records_per_workload_of_the_workloads_kept(store):

@@ -92,11 +92,16 @@ def warm_start(
     signatures: dict[int, tuple[str, ...]] = {}
     groups: dict[int, list[Any]] = defaultdict(list)
     seen_other_board = 0
-    history_records = history.successful_records(target, limit=max_records)
 
     def is_same_task(mod: tvm.IRModule) -> bool:
         key = int(tvm_ffi.structural_hash(mod))
         return key in wanted_tasks and bool(tvm_ffi.structural_equal(mod, wanted_tasks[key]))
+
+    def relevant(mod: tvm.IRModule) -> bool:
+        return is_same_task(mod) or (scope != "same" and operator_signature(mod) in wanted_ops)
+
+    # only the workloads it can use, chosen before their records are read (each read replays a trace)
+    history_records = history.successful_records(target, limit=max_records, keep=relevant)
 
     if scope == "auto":  # similar shapes only for operators with no same-task history
         covered = {operator_signature(r.workload.mod) for r, _ in history_records if is_same_task(r.workload.mod)}

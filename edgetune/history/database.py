@@ -629,24 +629,32 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             return int(conn.execute(stmt).scalar_one())
 
     def successful_records(
-        self, target: Target, *, limit: int = 5000
+        self, target: Target, *, limit: int = 5000, keep: Callable[[IRModule], bool] | None = None
     ) -> list[tuple[TuningRecord, str]]:
         """Successful records measured on ``target``, newest first, with their board id.
 
         What a cost model can be trained on before tuning (see
         :mod:`edgetune.costmodel.warmstart`); ignores the target filter.
         """
-        stmt = (
-            sa.select(*RECORD_COLUMNS, records.c.board_id)
-            .where(
-                records.c.target_hash == sha256(target_json(target)),
-                records.c.mean_run_sec.is_not(None),
-                *self._timed(),
-            )
-            .order_by(records.c.created_at.desc(), records.c.id.desc())
-            .limit(limit)
+        where = (
+            records.c.target_hash == sha256(target_json(target)),
+            records.c.mean_run_sec.is_not(None),
+            *self._timed(),
         )
         with self._access("read tuning records") as engine, engine.connect() as conn:
+            if keep is not None:
+                ids = {int(i) for i in conn.execute(sa.select(records.c.workload_id).where(*where).distinct()).scalars()}
+                entries = self._entries(conn, ids)
+                verdicts: dict[int, bool] = {}
+                for entry in {id(e): e for e in entries.values()}.values():
+                    verdicts[id(entry)] = bool(keep(entry.workload.mod))
+                where = (*where, records.c.workload_id.in_(sorted(i for i in ids if verdicts[id(entries[i])])))
+            stmt = (
+                sa.select(*RECORD_COLUMNS, records.c.board_id)
+                .where(*where)
+                .order_by(records.c.created_at.desc(), records.c.id.desc())
+                .limit(limit)
+            )
             rows = conn.execute(stmt).all()
             return list(zip(self._to_records(conn, rows), (str(row.board_id) for row in rows)))
 

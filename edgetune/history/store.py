@@ -300,8 +300,15 @@ class HistoryStore(abc.ABC):
     # -- reading (a tuning run)
 
     @abc.abstractmethod
-    def successful_records(self, target: Target, *, limit: int = 5000) -> list[tuple[TuningRecord, str]]:
-        """Successful records on ``target``, newest first, each with the board that measured it."""
+    def successful_records(
+        self, target: Target, *, limit: int = 5000, keep: Callable[[IRModule], bool] | None = None
+    ) -> list[tuple[TuningRecord, str]]:
+        """Successful records on ``target``, newest first, each with the board that measured it.
+
+        ``keep``: of the workloads whose module it accepts only, asked once per workload before any record is
+        read (reading a record replays its trace: a cost model warm-started from a few models' history read
+        thousands it then left out).
+        """
 
     @abc.abstractmethod
     def fastest_records(

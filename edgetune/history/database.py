@@ -648,7 +648,11 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
                 verdicts: dict[int, bool] = {}
                 for entry in {id(e): e for e in entries.values()}.values():
                     verdicts[id(entry)] = bool(keep(entry.workload.mod))
-                where = (*where, records.c.workload_id.in_(sorted(i for i in ids if verdicts[id(entries[i])])))
+                kept = sorted(i for i in ids if verdicts[id(entries[i])])
+                if not kept:
+                    return []
+                if len(kept) < len(ids):
+                    where = (*where, records.c.workload_id.in_(kept))
             stmt = (
                 sa.select(*RECORD_COLUMNS, records.c.board_id)
                 .where(*where)

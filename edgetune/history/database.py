@@ -14,6 +14,7 @@ measurement and never leaves half a record behind.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -149,6 +150,9 @@ def connect_engine(url_or_path: str, *, must_exist: bool = False) -> tuple[Engin
     return _create_engine(url, name, read_only=must_exist), name
 
 
+_log = logging.getLogger(__name__)
+
+
 @derived_object
 class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
     """MetaSchedule database over SQL tables; see :func:`open_history`.
@@ -188,8 +192,9 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         self._by_handle: dict[int, StoredWorkload] = {}
         # rebuilding a record replays its trace, so keep them; key: row id
         self._record_cache: dict[
-            int, tuple[tuple[str | None, str | None], TuningRecord]
+            int, tuple[tuple[str | None, str | None], TuningRecord | None]
         ] = {}
+        self._warned_unreplayable = False
         self._engine: Engine | None = _create_engine(url, name, read_only)
         # composed, not inherited: each part reaches the tables through this handle's engine access
         self.claims = SqlClaims(self)
@@ -421,17 +426,33 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         ]
 
     def _to_records(self, conn: Connection, rows: Sequence[Row]) -> list[TuningRecord]:
+        """The rows' records; a row whose trace does not replay on its workload is left out (:meth:`_replayed`)."""
+        return [record for _row, record in self._replayed(conn, rows)]
+
+    def _replayed(self, conn: Connection, rows: Sequence[Row]) -> list[tuple[Row, TuningRecord]]:
+        """Each row with its record, rebuilt by replaying its trace; rows whose trace does not replay left out.
+
+        Such a row is a measurement of a module equal to its workload but for block names (two models' mean
+        pooling, named after their input variables), stored under the first one before workloads compared
+        names: reading it raised inside MetaSchedule and ended a 40-minute build. It says so once a handle.
+        """
         entries = self._entries(conn, {row.workload_id for row in rows})
         result = []
         for row in rows:
             stamp = (row.run_secs_json, row.error)
             cached = self._record_cache.get(row.id)
             if cached is None or cached[0] != stamp:
-                record = TuningRecord.from_json(
-                    self._record_json(row), entries[row.workload_id].workload
-                )
+                try:
+                    record = TuningRecord.from_json(self._record_json(row), entries[row.workload_id].workload)
+                except Exception as err:  # noqa: BLE001 - TVM raises its own schedule errors for a trace that fails
+                    record = None
+                    if not self._warned_unreplayable:
+                        self._warned_unreplayable = True
+                        _log.warning("%s: record %d does not replay on its workload (%s); left out, as any such record",
+                                     self._name, row.id, (str(err).strip().splitlines() or [type(err).__name__])[0])
                 cached = self._record_cache[row.id] = (stamp, record)
-            result.append(cached[1])
+            if cached[1] is not None:
+                result.append((row, cached[1]))
         return result
 
     def commit_served(self, record: TuningRecord) -> int:
@@ -660,7 +681,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
                 .limit(limit)
             )
             rows = conn.execute(stmt).all()
-            return list(zip(self._to_records(conn, rows), (str(row.board_id) for row in rows)))
+            return [(record, str(row.board_id)) for row, record in self._replayed(conn, rows)]
 
     def fastest_records(
         self, target: Target, *, per_workload: int = 2, keep: Callable[[IRModule], bool] | None = None
@@ -761,8 +782,8 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
                     .limit(1)
                 ).all()
 
-            rows = self._prefer_timing(best)
-            return self._to_records(conn, rows)[0] if rows else None
+            found = self._to_records(conn, self._prefer_timing(best))
+            return found[0] if found else None
 
     def fastest_candidates(
         self, workload: Workload | IRModule, target: Target, count: int
@@ -796,8 +817,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
             for row in self._prefer_timing(best):
                 if row.candidate_hash not in kept and len(kept) < count:
                     kept[row.candidate_hash] = row
-            rows = list(kept.values())
-            return list(zip(kept, self._to_records(conn, rows)))
+            return [(row.candidate_hash, record) for row, record in self._replayed(conn, list(kept.values()))]
 
     def retime_candidate(
         self, workload: Workload | IRModule, target: Target, candidate_hash: str, run_secs: Sequence[float]

@@ -181,7 +181,10 @@ class SqlOperations(BulkStore):
             missing = [i for i in record_ids if i not in rows]
             if missing:
                 raise HistoryError(f"{self._core.url}: no record with id {missing[0]}")  # type: ignore[attr-defined]
-            return self._core._to_records(conn, [rows[i] for i in record_ids])
+            found = self._core._to_records(conn, [rows[i] for i in record_ids])
+            if len(found) != len(record_ids):
+                raise HistoryError(f"{self._core.url}: a record asked for does not replay on its workload")  # type: ignore[attr-defined]
+            return found
 
     # ----------------------------------------------------------- maintenance
 

@@ -968,3 +968,28 @@ def test_retiming_a_candidate_replaces_its_times_on_every_board_of_this_kind(db_
     finally:
         db.close()
         other.close()
+
+
+def test_a_record_that_does_not_replay_is_left_out_with_one_warning(tmp_path, caplog):
+    """A history written before workloads compared block names holds records whose traces name another module's
+    blocks: reading one raised inside MetaSchedule and ended a build. Now it is left out, said once."""
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    db = open_history(url, board_id="board-01")
+    workload = db.commit_workload(MOD)
+    db.commit_tuning_record(_record(workload, 2, [4e-3]))
+    db.commit_tuning_record(_record(workload, 4, [1e-3]))
+    db.close()
+    engine = sa.create_engine(_sqlalchemy_url(url))
+    with engine.begin() as conn:  # the faster record's trace now names a block the workload lacks
+        conn.execute(sa.text("UPDATE records SET trace_json = replace(trace_json, '\"C\"', '\"Z\"') "
+                             "WHERE id = (SELECT MAX(id) FROM records)"))
+    engine.dispose()
+    db = open_history(url, board_id="board-01")
+    try:
+        with caplog.at_level("WARNING", logger="edgetune.history.database"):
+            assert [_secs(r) for r, _ in db.successful_records(ARM)] == [[4e-3]]
+            assert _secs(db.best_record(MOD, ARM)) == [4e-3]
+            assert [_secs(r) for r in db.get_top_k(db.commit_workload(MOD), 5)] == [[4e-3]]
+        assert sum("does not replay" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        db.close()

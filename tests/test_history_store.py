@@ -21,6 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir import Schedule
 
 from edgetune.errors import HistoryError
 from edgetune.history import BulkStore, ClaimStore, HistoryStore, open_history
@@ -132,6 +133,27 @@ def test_fastest_records_per_workload_of_the_workloads_kept(store):
 
     assert [_secs(r) for r in store.fastest_records(ARM, per_workload=2, keep=only_the_8x8)] == [[5e-5]]
     assert len(asked) == 2  # once per workload, not once per record
+
+
+def test_workloads_equal_but_for_block_names_are_two_and_each_replays_its_records(store):
+    """Two models' mean poolings differ only in block names (named after their inputs): structurally equal, they
+    were one workload, and the second one's records, whose traces find blocks by name, did not replay."""
+    a = te.placeholder((16, 16), name="A")
+    b = te.placeholder((16, 16), name="B")
+    k = te.reduce_axis((0, 16), name="k")
+    renamed = tvm.IRModule({"main": te.create_prim_func(
+        [a, b, te.compute((16, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="D")])})
+    assert tvm_ffi.structural_equal(renamed, MOD)
+    workload = store.commit_workload(renamed)
+    assert not workload.same_as(store.commit_workload(MOD))
+    sch = Schedule(renamed)
+    i, _j, _k = sch.get_loops(sch.get_sblock("D"))
+    sch.split(i, [None, 2])
+    store.commit_tuning_record(ms.database.TuningRecord(
+        sch.trace, workload, [2e-5], ARM, ms.arg_info.ArgInfo.from_prim_func(renamed["main"])))
+    assert _secs(store.best_record(renamed, ARM)) == [2e-5]
+    assert _secs(store.best_record(MOD, ARM)) == [1e-3]
+    assert sorted(_secs(r) for r, _ in store.successful_records(ARM)) == [[2e-5], [5e-5], [1e-3], [4e-3]]
 
 
 def test_counts_candidates_and_best(store):

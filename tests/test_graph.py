@@ -59,14 +59,14 @@ def test_blocked_convolutions_compute_the_same(mcpu: str, block: int) -> None:
 
 
 @pytest.mark.parametrize("spec, transforms", [
-    ("demo:mobilenetv1@64", 2), ("demo:mobilenetv2@64", None), ("demo:squeezenet1.1@64", 2),
+    ("demo:mobilenetv1@64", 2), ("demo:mobilenetv2@64", 2), ("demo:squeezenet1.1@64", 2),
 ])
 def test_cnns_block_their_depthwise_convolutions_clips_and_concats(spec: str, transforms: int | None) -> None:
     """NCHWc on a MobileNet: depthwise convs blocked too, ReLU6 (ONNX Clip) in their epilogues, same outputs.
 
     MobileNetV1 keeps its 27 BatchNormalization and Clip nodes as Keras exports them: blocked, only the
     3-channel input (for the stem, blocked too) and the pooled end change layout. MobileNetV2's 24-channel layers do not divide
-    into blocks of 16, so they stay NCHW with transforms around them; every other depthwise conv is blocked.
+    into blocks of 16: they go in blocks of 8, so no transform surrounds them either.
     SqueezeNet's Fire modules concatenate two blocked convs' outputs: the concat stays blocked.
     """
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "skylake-avx512"})
@@ -78,13 +78,15 @@ def test_cnns_block_their_depthwise_convolutions_clips_and_concats(spec: str, tr
         assert entry.status == "applied" and "depthwise" in entry.detail and "clip bounds as ops" in entry.detail, entry
         if spec == "demo:mobilenetv1@64":  # all, the 3-channel stem and every depthwise conv among them
             assert "27 of 27 convolutions in NCHW16c (13 of 13 depthwise)" in entry.detail, entry
+        else:  # the two 1x1 convolutions into and the two out of the 24-channel layers, with a block of 8 on that side
+            assert "52 of 52 convolutions in NCHW16c (17 of 17 depthwise), 4 with 8-channel blocks" in entry.detail, entry
         depthwise = [n for n in names if "depthwise_conv2d_NCHWc" in n]
         assert len(depthwise) >= 6 and all("maximum" in n and "minimum" in n for n in depthwise), names
     else:
-        # all but the classifier (1000 channels are not blocks of 16)
-        assert entry.status == "applied" and "25 of 26 convolutions in NCHW16c" in entry.detail, entry
+        # all, the classifier's 1000 channels in blocks of 8 (they are not blocks of 16)
+        assert entry.status == "applied" and "26 of 26 convolutions in NCHW16c, 1 with 8-channel" in entry.detail, entry
         assert not [n for n in names if "concat" in n and "layout_transform" in n], names
-    # no clip left as a pass of its own over memory, and no depthwise conv left unblocked but the 24-channel ones
+    # no clip left as a pass of its own over memory
     assert not [n for n in names if "maximum" in n and "conv2d" not in n], names
     if transforms is not None:
         assert sum("layout_transform" in n for n in names) == transforms, names
@@ -105,6 +107,38 @@ def test_a_fixed_block_blocks_channels_the_vector_lanes_do_not_divide() -> None:
     x = model.random_inputs(0)["input"]
     reference = run(prepare_graph(model, "as-is", "full").mod, x)
     np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_channels_blocks_of_16_do_not_divide_go_in_blocks_of_8_on_avx512() -> None:
+    """MobileNetV3-small's 24, 40, 72, 88 and 120 channels on AVX-512: blocks of 8 on the side that needs them.
+
+    A convolution from 24 channels to 96 reads NCHW8c and writes NCHW16c (one ``conv2d_NCHWc``, no transform
+    to NCHW between); depthwise convolutions, the squeeze-excite gates and the residual adds of such tensors
+    stay in blocks of 8. Outputs are the imported graph's.
+    """
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "skylake-avx512"})
+    model = load_model("demo:mobilenetv3-small@32")
+    blocked = prepare_graph(model, "NCHWc", "full", target)
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHWc"]
+    assert "52 of 52 convolutions in NCHW16c (11 of 11 depthwise), 25 with 8-channel blocks" in entry.detail, entry
+    lanes = {}
+    for task in ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET):
+        params = task.dispatched[0]["main"].params
+        lanes[task.task_name] = (int(params[0].ty.shape[-1]), int(params[-1].ty.shape[-1]))
+    convs = {name: io for name, io in lanes.items() if "conv2d_NCHWc" in name and "depthwise" not in name}
+    assert {(8, 16), (16, 8), (8, 8), (16, 16)} <= set(convs.values()), convs
+    assert any(io == (8, 8) for name, io in lanes.items() if "depthwise_conv2d_NCHWc" in name), lanes
+    x = model.random_inputs(0)["input"]
+    reference = run(prepare_graph(model, "as-is", "full").mod, x)
+    np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_blocks_of_8_stay_blocks_of_8_without_a_half_block() -> None:
+    """AVX2 (blocks of 8): no half blocks of 4; 116-channel ShuffleNet layers stay NCHW as they were."""
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "haswell"})
+    blocked = prepare_graph(load_model("demo:mobilenetv3-small@32"), "NCHWc", "full", target)
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHWc"]
+    assert "52 of 52 convolutions in NCHW8c" in entry.detail and "channel blocks" not in entry.detail, entry
 
 
 def test_only_topi_maximum_and_minimum_with_a_scalar_become_clip_ops() -> None:

@@ -17,15 +17,22 @@ steps:
    ops after them (bias, ReLU6 as ``maximum``/``minimum``, hard-swish, a
    squeeze-excite gate), channel concats, max/average pools, a stem with
    fewer input channels than a block (its input in one block, ``NCHW3c``, its
-   output blocked, as ONNX Runtime's NCHW-in/NCHWc-out kernel), and a
-   re-blocking transform of a tensor that is already blocked.
+   output blocked, as ONNX Runtime's NCHW-in/NCHWc-out kernel), a
+   re-blocking transform of a tensor that is already blocked, and, with
+   blocks of 16 (AVX-512), the convolutions whose channels divide into half
+   blocks only (MobileNetV2's and EfficientNet's 24 and 40 channels): those
+   channels go in blocks of 8, as ``conv2d_NCHWc`` with a block of 8 on the
+   side that needs it (``NCHW8c`` data and ``NCHW16c`` output, or the other
+   way), so no layout transform to NCHW and back surrounds them.
 4. ``LegalizeOps`` lowers blocked convolutions, which it has no lowering for:
    ordinary ones to TOPI's ``conv2d_NCHWc``, depthwise ones to the
    ``depthwise_conv2d_NCHWc`` compute below (TOPI 0.27 declares that operator
    but registers no generic implementation).
 
-Other convolutions whose channels do not divide into blocks and grouped
-convolutions other than depthwise stay NCHW, with a layout transform between.
+Every tensor's block is its channel count's: ``b`` where ``b`` divides it,
+else the half block (for ``b`` of 16). Other convolutions whose channels do
+not divide into blocks and grouped convolutions other than depthwise stay
+NCHW, with a layout transform between.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
         )(rest)
         kept = _count(rest, lambda call: call.attrs.data_layout == "NCHW")
         blocked_depthwise = _count(rest, lambda call: call.attrs.kernel_layout.startswith("OIHW1i"))
+        half = _count(rest, lambda call: _half_blocked(call, block))
         lowered = tvm.transform.Sequential(
             [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
              relax.transform.FoldConstant()]
@@ -71,6 +79,8 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
     detail = f"{total - kept} of {total} convolutions in NCHW{block}c"
     if depthwise:
         detail += f" ({blocked_depthwise} of {depthwise} depthwise)"
+    if half:
+        detail += f", {half} with {block // 2}-channel blocks where {block} do not divide"
     if clips:
         detail += f", {clips} clip bounds as ops"
     return lowered, detail
@@ -146,6 +156,12 @@ def _is_depthwise(call: relax.Call) -> bool:
     return weight is not None and data is not None and weight[1] == 1 and weight[0] == data[1] == attrs.groups
 
 
+def _half_blocked(call: relax.Call, block: int) -> bool:
+    """A blocked convolution with a block of ``block // 2`` on its data or output side."""
+    attrs = call.attrs
+    return attrs.data_layout == f"NCHW{block // 2}c" or attrs.out_layout == f"NCHW{block // 2}c"
+
+
 def _shape(expr: relax.Expr) -> list[int] | None:
     shape = getattr(getattr(expr, "ty", None), "shape", None)
     values = getattr(shape, "values", None)
@@ -167,6 +183,8 @@ class _BlockRest(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, block: int) -> None:
         super().__init__(mod)
         self.block = block
+        # channel counts that blocks of ``block`` do not divide go in half blocks, where those are a vector's worth
+        self.half = block // 2 if block >= 16 else None
         self.blocked: dict[relax.Var, relax.Var] = {}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
@@ -176,7 +194,7 @@ class _BlockRest(relax.PyExprMutator):
         value = self.visit_expr(binding.value)
         if _is_op(value, "relax.layout_transform") and isinstance(value.args[0], relax.Var):
             source = value.args[0]
-            if self._is_blocking(value) and source in self.blocked:
+            if self._is_blocking(value) and source in self.blocked and _lanes(self.blocked[source]) == self.block:
                 self.set_var_remap(binding.var, self.blocked[source])  # blocked again: the tensor it came from
                 return
             if self._is_unblocking(value):
@@ -189,7 +207,7 @@ class _BlockRest(relax.PyExprMutator):
             var = self.builder_.emit(value, binding.var.name)
         else:
             blocked = self.builder_.emit(rewritten)
-            var = self.builder_.emit(self._unblock(blocked), binding.var.name)
+            var = self.builder_.emit(_unblock(blocked), binding.var.name)
             self.blocked[var] = blocked
         self.set_var_remap(binding.var, var)
 
@@ -202,22 +220,38 @@ class _BlockRest(relax.PyExprMutator):
             return self._depthwise(call)
         if name == "relax.nn.conv2d" and self._is_stem(call):
             return self._stem(call)
+        if name == "relax.nn.conv2d" and self._is_half_blocked(call):
+            return self._half_blocked(call)
         if name in _POOLS and call.args[0] in self.blocked and call.attrs.layout == "NCHW":
             return self._pool(call)
         if name in _UNARY and call.args[0] in self.blocked:
             return relax.Call(call.op, [self.blocked[call.args[0]], *call.args[1:]], call.attrs)
         if name in _BINARY and any(arg in self.blocked for arg in call.args[:2]):
-            left, right = (self._operand(arg) for arg in call.args[:2])
+            lanes = {_lanes(self.blocked[arg]) for arg in call.args[:2] if arg in self.blocked}
+            if len(lanes) != 1:
+                return None
+            left, right = (self._operand(arg, *lanes) for arg in call.args[:2])
             if left is not None and right is not None:
                 return relax.Call(call.op, [left, right], call.attrs)
         if name == "relax.concat" and call.attrs.axis == 1 and isinstance(call.args[0], relax.Tuple):
             fields = call.args[0].fields
             if fields and all(f in self.blocked for f in fields):
-                return relax.op.concat([self.blocked[f] for f in fields], axis=1)
+                blocked = [self.blocked[f] for f in fields]
+                if len({_lanes(b) for b in blocked}) == 1:
+                    return relax.op.concat(blocked, axis=1)
         return None
 
-    def _operand(self, arg: relax.Expr) -> relax.Expr | None:
-        """``arg`` as an operand of a blocked elementwise op: blocked, a scalar, or a per-channel vector blocked."""
+    def _block_for(self, channels: int) -> int | None:
+        """The block a tensor of ``channels`` channels goes in: the block where it divides, else the half block."""
+        if channels % self.block == 0:
+            return self.block
+        if self.half and channels % self.half == 0:
+            return self.half
+        return None
+
+    def _operand(self, arg: relax.Expr, lanes: int) -> relax.Expr | None:
+        """``arg`` as an operand of an elementwise op on ``lanes``-blocked tensors: blocked, a scalar, or a
+        per-channel vector blocked."""
         if arg in self.blocked:
             return self.blocked[arg]
         shape = _shape(arg)
@@ -227,34 +261,35 @@ class _BlockRest(relax.PyExprMutator):
             if isinstance(arg, tvm.ir.expr.Constant):
                 return relax.const(arg.value.numpy().reshape(()), arg.value.dtype)
             return None
-        if len(shape) != 4 or shape[0] != 1 or shape[2:] != [1, 1] or shape[1] % self.block:
+        if len(shape) != 4 or shape[0] != 1 or shape[2:] != [1, 1] or shape[1] % lanes:
             return None
         channels = shape[1]
         if isinstance(arg, tvm.ir.expr.Constant):
-            vector = arg.value.numpy().reshape(channels // self.block, self.block)
-            return relax.const(vector.reshape(1, channels // self.block, 1, 1, self.block), arg.value.dtype)
+            vector = arg.value.numpy().reshape(channels // lanes, lanes)
+            return relax.const(vector.reshape(1, channels // lanes, 1, 1, lanes), arg.value.dtype)
         if isinstance(arg, relax.Var):  # a squeeze-excite gate: small, blocked by one transform
-            return self.builder_.emit(self._block(arg))
+            return self.builder_.emit(_block(arg, lanes))
         return None
 
     def _depthwise(self, call: relax.Call) -> relax.Expr | None:
         data, weight = call.args
         channels = _shape(data)[1]
-        if channels % self.block or not isinstance(weight, tvm.ir.expr.Constant):
+        b = _lanes(self.blocked[data]) if data in self.blocked else self._block_for(channels)
+        if b is None or not isinstance(weight, tvm.ir.expr.Constant):
             return None
         blocked_data = self.blocked.get(data)
         if blocked_data is None:
-            blocked_data = self.builder_.emit(self._block(data))
+            blocked_data = self.builder_.emit(_block(data, b))
         w = weight.value.numpy()
         out_channels, _one, kh, kw = w.shape
         # OIHW (C, 1, KH, KW) -> OIHW1i{b}o (C/b, 1, KH, KW, 1, b): output channel o = chunk * b + lane
-        w = w.reshape(out_channels // self.block, self.block, kh, kw).transpose(0, 2, 3, 1)
-        w = w.reshape(out_channels // self.block, 1, kh, kw, 1, self.block)
+        w = w.reshape(out_channels // b, b, kh, kw).transpose(0, 2, 3, 1)
+        w = w.reshape(out_channels // b, 1, kh, kw, 1, b)
         attrs = call.attrs
-        layout = f"NCHW{self.block}c"
+        layout = f"NCHW{b}c"
         return relax.op.nn.conv2d(
             blocked_data, relax.const(w, weight.value.dtype), strides=attrs.strides, padding=attrs.padding,
-            dilation=attrs.dilation, groups=attrs.groups, data_layout=layout, kernel_layout=f"OIHW1i{self.block}o",
+            dilation=attrs.dilation, groups=attrs.groups, data_layout=layout, kernel_layout=f"OIHW1i{b}o",
             out_layout=layout, out_dtype=attrs.out_dtype,
         )
 
@@ -294,24 +329,45 @@ class _BlockRest(relax.PyExprMutator):
             kernel_layout=f"OIHW{channels}i{b}o", out_layout=f"NCHW{b}c", out_dtype=attrs.out_dtype,
         )
 
+    def _is_half_blocked(self, call: relax.Call) -> bool:
+        """An ordinary convolution left in NCHW whose channels divide into blocks on each side, a half block on one."""
+        attrs = call.attrs
+        data, weight = _shape(call.args[0]), call.args[1]
+        if self.half is None or (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW") or attrs.groups != 1:
+            return False
+        if attrs.out_layout not in ("", "NCHW") or data is None or not isinstance(weight, tvm.ir.expr.Constant):
+            return False
+        sides = (self._block_for(data[1]), self._block_for(weight.value.shape[0]))
+        return None not in sides and self.half in sides
+
+    def _half_blocked(self, call: relax.Call) -> relax.Expr:
+        """The convolution as ``conv2d_NCHWc`` with each side in its own block: ``NCHW8c`` in, ``NCHW16c`` out..."""
+        data, weight = call.args
+        w = weight.value.numpy()
+        out_channels, in_channels, kh, kw = w.shape
+        b_in, b_out = self._block_for(in_channels), self._block_for(out_channels)
+        blocked_data = self.blocked.get(data)
+        if blocked_data is None or _lanes(blocked_data) != b_in:
+            blocked_data = self.builder_.emit(_block(data, b_in))
+        # OIHW (O, I, KH, KW) -> OIHW{bi}i{bo}o (O/bo, I/bi, KH, KW, bi, bo)
+        w = w.reshape(out_channels // b_out, b_out, in_channels // b_in, b_in, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        attrs = call.attrs
+        return relax.op.nn.conv2d(
+            blocked_data, relax.const(np.ascontiguousarray(w), weight.value.dtype), strides=attrs.strides,
+            padding=attrs.padding, dilation=attrs.dilation, groups=1, data_layout=f"NCHW{b_in}c",
+            kernel_layout=f"OIHW{b_in}i{b_out}o", out_layout=f"NCHW{b_out}c", out_dtype=attrs.out_dtype,
+        )
+
     def _pool(self, call: relax.Call) -> relax.Expr:
         """A max/average pooling of a blocked tensor, blocked (TOPI pools any ``NCHW{b}c``)."""
         attrs = call.attrs
-        layout = f"NCHW{self.block}c"
+        data = self.blocked[call.args[0]]
+        layout = f"NCHW{_lanes(data)}c"
         common = dict(pool_size=attrs.pool_size, strides=attrs.strides, padding=attrs.padding,
                       dilation=attrs.dilation, ceil_mode=attrs.ceil_mode, layout=layout, out_layout=layout)
-        data = self.blocked[call.args[0]]
         if call.op.name == "relax.nn.max_pool2d":
             return relax.op.nn.max_pool2d(data, **common)
         return relax.op.nn.avg_pool2d(data, count_include_pad=attrs.count_include_pad, **common)
-
-    def _block(self, var: relax.Expr) -> relax.Expr:
-        b = self.block
-        return relax.op.layout_transform(var, index_map=lambda n, c, h, w: (n, c // b, h, w, c % b))
-
-    def _unblock(self, var: relax.Expr) -> relax.Expr:
-        b = self.block
-        return relax.op.layout_transform(var, index_map=lambda n, c, h, w, v: (n, c * b + v, h, w))
 
     def _is_blocking(self, call: relax.Call) -> bool:
         b = self.block
@@ -321,6 +377,20 @@ class _BlockRest(relax.PyExprMutator):
     def _is_unblocking(self, call: relax.Call) -> bool:
         b = self.block
         return _maps_like(call.attrs.index_map, 5, lambda n, c, h, w, v: (n, c * b + v, h, w))
+
+
+def _lanes(blocked: relax.Expr) -> int:
+    """Channels per block of a blocked (``NCHW{b}c``) tensor: its innermost extent."""
+    return _shape(blocked)[4]
+
+
+def _block(var: relax.Expr, b: int) -> relax.Expr:
+    return relax.op.layout_transform(var, index_map=lambda n, c, h, w: (n, c // b, h, w, c % b))
+
+
+def _unblock(var: relax.Expr) -> relax.Expr:
+    b = _lanes(var)
+    return relax.op.layout_transform(var, index_map=lambda n, c, h, w, v: (n, c * b + v, h, w))
 
 
 def _maps_like(index_map: Any, arity: int, expected: Callable[..., tuple[int, ...]]) -> bool:

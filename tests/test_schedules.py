@@ -216,6 +216,11 @@ def test_merged_builds_list_their_zoo_in_one_notation(library_file, tmp_path) ->
     assert mixed.header["zoo"] == ["demo:a@224 in NCHW16c", "demo:b@224 in NCHW16c", "demo:transformer@128",
                                    "demo:d@128 in NHWC"]
     assert mixed.header["conv_layout"] is None
+    # a model built part-way and finished by a later build is listed once, finished, where it was first listed
+    write_library(tmp_path / "done.schedules.gz", {**header, "zoo": ["demo:c@224", "demo:e@224"],
+                                                   "conv_layout": "NCHW16c"}, covered[1:])
+    done = merge_libraries([same, load_library(tmp_path / "done.schedules.gz")], tmp_path / "done2.schedules.gz")
+    assert done.header["zoo"] == ["demo:a@224", "demo:b@224", "demo:transformer@128", "demo:c@224", "demo:e@224"]
 
 
 def test_a_library_of_another_family_is_not_used_and_says_so(library_file, tmp_path) -> None:
@@ -839,3 +844,12 @@ def test_the_avx2_library_is_used_by_an_avx2_target_and_covers_its_zoo() -> None
     assert len(heavy) >= 12
     missing = [t.task_name for t in heavy if library.find(t.dispatched[0]) is None]
     assert not missing, missing
+
+
+def test_info_counts_the_ports_of_a_loopback_board_instead_of_listing_them() -> None:
+    """A build's loopback RPC server gets a new port per run: info said 39 of them one by one."""
+    from edgetune.schedules.library import _boards_in_brief
+
+    boards = {"local", "rk3399-a@10.0.0.7:9090", "local@127.0.0.1:33751", "local@127.0.0.1:35001"}
+    assert _boards_in_brief(boards) == ["local", "rk3399-a@10.0.0.7:9090", "local@127.0.0.1 (2 ports)"]
+    assert _boards_in_brief({"local@127.0.0.1:1"}) == ["local@127.0.0.1"]

@@ -175,7 +175,7 @@ class ScheduleLibrary:
         h = self.header
         family = h.get("family", {})
         n_schedules = sum(len(w.schedules) for w in self.workloads)
-        boards = sorted({s.board for w in self.workloads for s in w.schedules})
+        boards = _boards_in_brief({s.board for w in self.workloads for s in w.schedules})
         by_op: dict[str, int] = defaultdict(int)
         for workload in self.workloads:
             by_op[_operator(workload.signature)] += 1
@@ -532,6 +532,19 @@ def merge_libraries(
     return ScheduleLibrary({**header, "format": LIBRARY_FORMAT, "version": LIBRARY_VERSION}, workloads, str(path))
 
 
+def _boards_in_brief(boards: set[str]) -> list[str]:
+    """Board names for ``info``, a loopback RPC server's per-run ports counted ("local@127.0.0.1 (38 ports)")."""
+    by_host: dict[str, int] = defaultdict(int)
+    named: list[str] = []
+    for board in sorted(boards):
+        host, sep, port = board.rpartition(":")
+        if sep and port.isdigit() and host.endswith("@127.0.0.1"):
+            by_host[host] += 1
+        else:
+            named.append(board)
+    return named + [host if count == 1 else f"{host} ({count} ports)" for host, count in sorted(by_host.items())]
+
+
 def _merged_zoo(parts: list[dict[str, Any]]) -> tuple[list[str], str | None]:
     """The zoo of merged builds in one notation, and their common layout (None when they differ).
 
@@ -549,8 +562,17 @@ def _merged_zoo(parts: list[dict[str, Any]]) -> tuple[list[str], str | None]:
                 entries.append((entry, part.get("conv_layout")))
     layouts = {layout for _, layout in entries if layout}
     if len(layouts) <= 1:
-        return list(dict.fromkeys(spec for spec, _ in entries)), next(iter(layouts), None)
-    return list(dict.fromkeys(f"{spec} in {layout}" if layout else spec for spec, layout in entries)), None
+        return _latest_per_model(spec for spec, _ in entries), next(iter(layouts), None)
+    return _latest_per_model(f"{spec} in {layout}" if layout else spec for spec, layout in entries), None
+
+
+def _latest_per_model(entries: Iterable[str]) -> list[str]:
+    """One entry per model, where it was first listed, as the latest build says it: a model built part-way
+    ("demo:m@128 (1 of its 72 tasks at the budget)") and finished by a later build is listed once, finished."""
+    latest: dict[str, str] = {}
+    for entry in entries:
+        latest[entry.split(" (")[0]] = entry
+    return list(latest.values())
 
 
 # --------------------------------------------------------------------------- into a history

@@ -218,10 +218,10 @@ class _BlockRest(relax.PyExprMutator):
         name = call.op.name
         if name == "relax.nn.conv2d" and _is_depthwise(call):
             return self._depthwise(call)
+        if name == "relax.nn.conv2d" and self._is_half_blocked(call):  # first: 8 channels in are no stem
+            return self._half_blocked(call)
         if name == "relax.nn.conv2d" and self._is_stem(call):
             return self._stem(call)
-        if name == "relax.nn.conv2d" and self._is_half_blocked(call):
-            return self._half_blocked(call)
         if name in _POOLS and call.args[0] in self.blocked and call.attrs.layout == "NCHW":
             return self._pool(call)
         if name in _UNARY and call.args[0] in self.blocked:
@@ -294,7 +294,8 @@ class _BlockRest(relax.PyExprMutator):
         )
 
     def _is_stem(self, call: relax.Call) -> bool:
-        """An ordinary convolution with fewer input channels than a block (an RGB stem) and blocked outputs."""
+        """An ordinary convolution with fewer input channels than a block (an RGB stem) and blocked outputs (in half
+        blocks where whole ones do not divide them: ShuffleNetV2's 24)."""
         attrs = call.attrs
         data, weight = _shape(call.args[0]), call.args[1]
         if (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW") or attrs.groups != 1 or data is None:
@@ -302,7 +303,7 @@ class _BlockRest(relax.PyExprMutator):
         if attrs.out_layout not in ("", "NCHW") or not isinstance(weight, tvm.ir.expr.Constant):
             return False
         out_channels = weight.value.shape[0]
-        return data[1] < self.block and out_channels % self.block == 0
+        return data[1] < self.block and self._block_for(out_channels) is not None
 
     def _stem(self, call: relax.Call) -> relax.Expr:
         """The stem as ``conv2d_NCHWc`` with all its input channels in one block (``NCHW3c``) and blocked outputs.
@@ -313,7 +314,7 @@ class _BlockRest(relax.PyExprMutator):
         """
         data, weight = call.args
         channels = _shape(data)[1]
-        b = self.block
+        b = self._block_for(weight.value.shape[0])
         blocked_data = self.builder_.emit(
             relax.op.layout_transform(data, index_map=lambda n, c, h, w: (n, c // channels, h, w, c % channels))
         )

@@ -567,12 +567,23 @@ def _merged_zoo(parts: list[dict[str, Any]]) -> tuple[list[str], str | None]:
 
 
 def _latest_per_model(entries: Iterable[str]) -> list[str]:
-    """One entry per model, where it was first listed, as the latest build says it: a model built part-way
-    ("demo:m@128 (1 of its 72 tasks at the budget)") and finished by a later build is listed once, finished."""
-    latest: dict[str, str] = {}
+    """Each entry once, where it was first listed; a model built part-way ("demo:m@128 (1 of its 72 tasks at the
+    budget)") and built on by a later build is listed once, as the later build says it. Other notes ("its
+    fast-math graph", "built at 64 trials per workload") name another build of the model and stay."""
+    listed: dict[str, str] = {}
     for entry in entries:
-        latest[entry.split(" (")[0]] = entry
-    return list(latest.values())
+        spec = entry.split(" (")[0]
+        part_way = f"{spec} (part-way)"
+        if part_way in listed and (entry == spec or _is_part_way(entry)):
+            listed[part_way] = entry
+        else:
+            listed.setdefault(part_way if _is_part_way(entry) else entry, entry)
+    return list(listed.values())
+
+
+def _is_part_way(entry: str) -> bool:
+    """A zoo entry of a build stopped part-way: "(3 of its 9 tasks at the budget)", "(...: 14 of its 85 tasks reached 16)"."""
+    return " (" in entry and ("tasks at the budget" in entry or "tasks reached" in entry)
 
 
 # --------------------------------------------------------------------------- into a history

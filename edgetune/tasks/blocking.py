@@ -2,7 +2,7 @@
 
 ``b`` is the target's float32 vector lanes, so the innermost axis of every
 blocked tensor is one vector register. :func:`block_channels` does it in three
-steps:
+steps, and :func:`lower_blocked` the fourth:
 
 1. ONNX's ``Clip``, which the importer emits as ``call_tir`` of TOPI's
    ``maximum``/``minimum`` (opaque to ``ConvertLayout``), becomes Relax's
@@ -14,8 +14,9 @@ steps:
    blocked kernels: depthwise convolutions (``ConvertLayout`` cannot prove the
    blocked weight layout for one input channel per group, so MobileNets would
    go blocked -> NCHW -> blocked around every depthwise conv), the elementwise
-   ops after them (bias, ReLU6 as ``maximum``/``minimum``, hard-swish, a
-   squeeze-excite gate), channel concats, max/average pools, a stem with
+   ops after them (bias, ReLU6 as ``maximum``/``minimum``, hard-swish, SiLU, a
+   squeeze-excite gate), channel concats, max/average pools, global average
+   pools (a squeeze-excite block's, a classifier's), a stem with
    fewer input channels than a block (its input in one block, ``NCHW3c``, its
    output blocked, as ONNX Runtime's NCHW-in/NCHWc-out kernel), a
    re-blocking transform of a tensor that is already blocked, and, with
@@ -24,7 +25,8 @@ steps:
    channels go in blocks of 8, as ``conv2d_NCHWc`` with a block of 8 on the
    side that needs it (``NCHW8c`` data and ``NCHW16c`` output, or the other
    way), so no layout transform to NCHW and back surrounds them.
-4. ``LegalizeOps`` lowers blocked convolutions, which it has no lowering for:
+4. :func:`lower_blocked`, run by :func:`~edgetune.tasks.graph.prepare_graph`
+   after ``fast-math``, has ``LegalizeOps`` lower blocked convolutions, which it has no lowering for:
    ordinary ones to TOPI's ``conv2d_NCHWc``, depthwise ones to the
    ``depthwise_conv2d_NCHWc`` compute below (TOPI 0.27 declares that operator
    but registers no generic implementation).
@@ -52,7 +54,13 @@ _UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.n
 
 
 def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRModule, str]:
-    """Convolutions of ``mod`` in ``NCHW{block}c``, lowered; the detail line says how many."""
+    """Convolutions of ``mod`` in ``NCHW{block}c``, not yet lowered; the detail line says how many.
+
+    The blocked convolutions are Relax ops Relax's ``LegalizeOps`` cannot lower:
+    :func:`lower_blocked` does, after the passes that still want Relax's
+    elementwise ops (``fast-math`` replaces sigmoid with a ``call_tir`` this
+    pass could not see through, and SiLU would stay NCHW between transforms).
+    """
     layouts = [f"NCHW{block}c", f"OIHW{block}i{block}o"]
     total = _count(mod, lambda call: True)
     depthwise = _count(mod, _is_depthwise)
@@ -72,10 +80,6 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
         kept = _count(rest, lambda call: call.attrs.data_layout == "NCHW")
         blocked_depthwise = _count(rest, lambda call: call.attrs.kernel_layout.startswith("OIHW1i"))
         half = _count(rest, lambda call: _half_blocked(call, block))
-        lowered = tvm.transform.Sequential(
-            [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
-             relax.transform.FoldConstant()]
-        )(rest)
     detail = f"{total - kept} of {total} convolutions in NCHW{block}c"
     if depthwise:
         detail += f" ({blocked_depthwise} of {depthwise} depthwise)"
@@ -83,7 +87,16 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
         detail += f", {half} with {block // 2}-channel blocks where {block} do not divide"
     if clips:
         detail += f", {clips} clip bounds as ops"
-    return lowered, detail
+    return rest, detail
+
+
+def lower_blocked(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
+    """``mod``'s ops lowered, blocked convolutions to the blocked computes (:func:`_lower_conv2d`)."""
+    with target:
+        return tvm.transform.Sequential(
+            [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
+             relax.transform.FoldConstant()]
+        )(mod)
 
 
 def clips_as_ops(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
@@ -224,6 +237,8 @@ class _BlockRest(relax.PyExprMutator):
             return self._stem(call)
         if name in _POOLS and call.args[0] in self.blocked and call.attrs.layout == "NCHW":
             return self._pool(call)
+        if name == "relax.mean" and call.args[0] in self.blocked and self._is_spatial_mean(call):
+            return relax.op.mean(self.blocked[call.args[0]], axis=[2, 3], keepdims=True)
         if name in _UNARY and call.args[0] in self.blocked:
             return relax.Call(call.op, [self.blocked[call.args[0]], *call.args[1:]], call.attrs)
         if name in _BINARY and any(arg in self.blocked for arg in call.args[:2]):
@@ -240,6 +255,19 @@ class _BlockRest(relax.PyExprMutator):
                 if len({_lanes(b) for b in blocked}) == 1:
                     return relax.op.concat(blocked, axis=1)
         return None
+
+    @staticmethod
+    def _is_spatial_mean(call: relax.Call) -> bool:
+        """A global average pool (ONNX's ``GlobalAveragePool``): the mean over H and W of NCHW, dimensions kept.
+
+        Blocked, it reads the blocked tensor and only its (N, C, 1, 1) result
+        is unblocked: a squeeze-excite block's pool no longer needs the whole
+        expanded tensor transformed to NCHW, nor a classifier's head.
+        """
+        shape = _shape(call.args[0])
+        if shape is None or len(shape) != 4 or not call.attrs.keepdims or call.attrs.axis is None:
+            return False
+        return sorted(int(a) % 4 for a in call.attrs.axis) == [2, 3]
 
     def _block_for(self, channels: int) -> int | None:
         """The block a tensor of ``channels`` channels goes in: the block where it divides, else the half block."""

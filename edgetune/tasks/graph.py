@@ -152,15 +152,25 @@ def prepare_graph(
             ("decompose-batch-norm", _decompose_batch_norms),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
         ]
-        passes += [("fast-math", apply_fast_math)] if fast_math else []
+    fast = [("fast-math", apply_fast_math)] if optimization == "full" and fast_math else []
+    layout = f"layout-{conv_layout}"
     if is_blocked(conv_layout):
-        passes.append((f"layout-{conv_layout}", _block_channels(block_of(conv_layout, target), target)))
+        # blocked first: it sees sigmoid and SiLU as Relax's elementwise ops and keeps them blocked, where fast-math's
+        # call_tir would leave each in NCHW between two layout transforms (EfficientNet's SiLU after every conv)
+        passes += [(layout, _block_channels(block_of(conv_layout, target), target)), *fast]
     elif conv_layout != "as-is":
-        passes.append((f"layout-{conv_layout}", _convert_layout(conv_layout)))
+        passes += [*fast, (layout, _convert_layout(conv_layout))]
+    else:
+        passes += fast
     mod = model.mod
     for name, apply in passes:
         mod, entry = _run_pass(name, apply, mod)
         report.passes.append(entry)
+    if is_blocked(conv_layout) and any(p.name == layout and p.status != "skipped" for p in report.passes):
+        from .blocking import lower_blocked
+
+        with tvm.transform.PassContext(opt_level=3):
+            mod = lower_blocked(mod, target)
     return dataclasses.replace(model, mod=mod, graph=report)
 
 
@@ -232,7 +242,7 @@ def vector_lanes(target: Any) -> int:
 
 
 def _block_channels(block: int, target: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
-    """Convolutions, depthwise ones included, to ``NCHW{block}c``, lowered (:mod:`edgetune.tasks.blocking`)."""
+    """Convolutions, depthwise ones included, to ``NCHW{block}c`` (:mod:`edgetune.tasks.blocking`; lowered after)."""
     from .blocking import block_channels
 
     def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:

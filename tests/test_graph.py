@@ -128,6 +128,33 @@ def test_channels_blocks_of_16_do_not_divide_go_in_blocks_of_8_on_avx512() -> No
     convs = {name: io for name, io in lanes.items() if "conv2d_NCHWc" in name and "depthwise" not in name}
     assert {(8, 16), (16, 8), (8, 8), (16, 16)} <= set(convs.values()), convs
     assert any(io == (8, 8) for name, io in lanes.items() if "depthwise_conv2d_NCHWc" in name), lanes
+    # the squeeze-excite pools read the blocked tensors: only the input and the classifier's end change layout
+    assert sum("layout_transform" in name for name in lanes) == 2, sorted(lanes)
+    x = model.random_inputs(0)["input"]
+    reference = run(prepare_graph(model, "as-is", "full").mod, x)
+    np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_silu_and_squeeze_excite_stay_blocked_in_efficientnet() -> None:
+    """EfficientNet-B0: SiLU (sigmoid, made fast-math after blocking) fuses into its blocked conv's kernel and the
+    squeeze-excite pools read blocked tensors, so the only layout transforms left are of the input and of
+    (N, C, 1, 1) squeeze-excite vectors: none of a whole feature map. Before, every SiLU sat in NCHW between two
+    transforms of the full tensor (131 kernels at 128x128, 76 now). Outputs are the imported graph's."""
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "skylake-avx512"})
+    model = load_model("demo:efficientnet-b0@32")
+    blocked = prepare_graph(model, "NCHWc", "full", target)
+    passes = [(p.name, p.status) for p in blocked.graph.passes]
+    assert passes[-2:] == [("layout-NCHWc", "applied"), ("fast-math", "applied")], passes
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
+    names = [t.task_name for t in tasks]
+    assert not [n for n in names if "sigmoid" in n and "conv2d" not in n], names
+    assert sum("conv2d_NCHWc" in n and "sigmoid" in n and "multiply" in n for n in names) >= 20, names
+    for task in tasks:
+        shapes = [[int(d) for d in p.ty.shape] for p in task.dispatched[0]["main"].params if hasattr(p.ty, "shape")]
+        if task.task_name.startswith("mean"):
+            assert len(shapes[0]) == 5, (task.task_name, shapes)  # (N, C/b, H, W, b) in, not NCHW
+        if "layout_transform" in task.task_name and shapes[0][1] != 3:  # other than the RGB input
+            assert all(shape[2:4] == [1, 1] for shape in shapes), (task.task_name, shapes)
     x = model.random_inputs(0)["input"]
     reference = run(prepare_graph(model, "as-is", "full").mod, x)
     np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)

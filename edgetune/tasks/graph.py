@@ -47,7 +47,10 @@ convolutions and the ``Clip`` after them included (:mod:`edgetune.tasks.blocking
 says how, and lowers what Relax's ``LegalizeOps`` cannot), and a 3-channel stem
 with its input in one block of 3; convolutions whose channels do not divide
 into blocks otherwise and grouped ones other than depthwise stay NCHW, with a
-layout transform between.
+layout transform between. A blocked layout runs before ``fast-math`` (which
+turns sigmoid into a ``call_tir`` the blocking cannot see through) and is
+lowered after it, so EfficientNet's SiLU stays blocked and fuses into its
+convolution.
 
 A pass that fails on a model is skipped: the model keeps the graph from before
 that pass, and :class:`GraphReport` (written to ``summary.json``) says which

@@ -160,6 +160,25 @@ def test_silu_and_squeeze_excite_stay_blocked_in_efficientnet() -> None:
     np.testing.assert_allclose(run(blocked.mod, x), reference, rtol=1e-4, atol=1e-4)
 
 
+def test_a_blocked_graph_that_fails_to_lower_is_prepared_without_the_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocked layout is lowered after fast-math, outside its pass: a failure there skips the layout, as a
+    failing pass is skipped, instead of failing the tune."""
+    import edgetune.tasks.blocking as blocking
+
+    def fail(mod, target):
+        raise tvm.error.InternalError("no lowering for this\nsecond line")
+
+    monkeypatch.setattr(blocking, "lower_blocked", fail)
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "skylake-avx512"})
+    model = load_model("demo:tiny-cnn")
+    prepared = prepare_graph(model, "NCHWc", "full", target)
+    (entry,) = [p for p in prepared.graph.passes if p.name == "layout-NCHWc"]
+    assert entry.status == "skipped" and "no lowering for this" in entry.detail and "second" not in entry.detail
+    assert prepared.graph.conv_layout == "NCHWc"
+    names = [t.task_name for t in ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, TARGET), TARGET)]
+    assert names and not [n for n in names if "NCHWc" in n or "layout_transform" in n], names
+
+
 def test_blocks_of_8_stay_blocks_of_8_without_a_half_block() -> None:
     """AVX2 (blocks of 8): no half blocks of 4; 116-channel ShuffleNet layers stay NCHW as they were."""
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "haswell"})

@@ -172,8 +172,13 @@ def prepare_graph(
     if is_blocked(conv_layout) and any(p.name == layout and p.status != "skipped" for p in report.passes):
         from .blocking import lower_blocked
 
-        with tvm.transform.PassContext(opt_level=3):
-            mod = lower_blocked(mod, target)
+        try:
+            with tvm.transform.PassContext(opt_level=3):
+                mod = lower_blocked(mod, target)
+        except Exception as exc:  # noqa: BLE001 - as a pass that fails: the graph without the layout, and why
+            plain = prepare_graph(model, "as-is", optimization, target, fast_math=fast_math)
+            report.passes = [*plain.graph.passes, GraphPass(layout, "skipped", f"lowering: {_first_line(exc)}")]
+            return dataclasses.replace(plain, graph=report)
     return dataclasses.replace(model, mod=mod, graph=report)
 
 

@@ -802,7 +802,7 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
         assert library.workloads and all(w.schedules for w in library.workloads)
     library = load_library(next(p for p in shipped if p.name.startswith("x86-64-avx512")))
     assert "demo:resnet18@224" in library.header["zoo"] and library.header["conv_layout"] == "NCHW16c"
-    # built in eight steps and merged: each build's budget is stated, the zoo's later models are in it (ResNet-50 at
+    # built in nine steps and merged: each build's budget is stated, the zoo's later models are in it (ResNet-50 at
     # 64, ResNet-18 again at 128 trials per task, ResNet-18 at 128x128 at 32, four more CNNs at 128x128 at 32, then
     # SqueezeNet 1.0, ShuffleNetV2 and MobileNetV3-small at 128x128 at 32, then the 128x128 CNNs' layers in blocks of
     # 8 and EfficientNet-B0 at 128x128 in part, then EfficientNet-B0 at 128x128 finished with its SiLU blocked)

@@ -12,6 +12,7 @@ EPILOG = """examples:
   edgetune schedules export --db history.db --profile host team.schedules.gz
   edgetune schedules import team.schedules.gz --db postgresql://tuner@db-host/edgetune
   edgetune schedules info team.schedules.gz
+  edgetune schedules build --budget 32 --db gap.db --out gap.schedules.gz --zoo net.onnx --missing-from auto
   edgetune schedules merge shipped.schedules.gz more.schedules.gz --out all.schedules.gz
   edgetune tune --profile host --model net.onnx --schedules team.schedules.gz
 
@@ -52,6 +53,11 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
         "--hours", type=float, metavar="H",
         help="stop after H hours of tuning (the batch in flight finishes), write --out and exit 0; run the same "
         "command again to go on (default: no limit)",
+    )
+    build_parser.add_argument(
+        "--missing-from", metavar="FILE|auto",
+        help="tune only the tasks whose exact workload this library lacks (auto: the one shipped for the profile's "
+        "CPU family): a model's new layers without tuning again what the library holds; merge the result into it",
     )
     build_parser.set_defaults(func=build)
     export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")

@@ -9,7 +9,9 @@ the working store. Every model is tuned by :func:`edgetune.tuning.run_tune`
 budget per workload in measured trials (``tuning.max_trials_per_task``, no early stop), and a
 workload shared by several models is tuned once. Interrupted (Ctrl-C, a closed session), the
 same command resumes where the history stops; models whose tasks all have
-their budget are skipped at once. A build stopped part-way (Ctrl-C, or ``hours``, a time
+their budget are skipped at once. With a library to extend (``missing_from``), only the tasks whose
+exact workload it lacks are tuned: a model's new layers (a new resolution, a graph change) are built
+without tuning again what the library holds, and the result merged into it. A build stopped part-way (Ctrl-C, or ``hours``, a time
 limit for a night or a session) still writes the library of what it measured, and its zoo
 says how far the model it stopped in got.
 """
@@ -41,6 +43,19 @@ class ModelBuilt:
     tasks_at_budget: int = 0
     #: the build stopped in this model (Ctrl-C or its time limit): the rest of its tasks wait for a rerun
     stopped: bool = False
+    #: with a library to extend: the model's tasks in all, of which only ``tasks`` (those it lacked) were tuned
+    of_tasks: int | None = None
+
+    def label(self, missing_from: str) -> str:
+        """How the library's zoo names it: a model stopped part-way, or tuned only where a library lacked it, says so."""
+        notes = []
+        if self.of_tasks is not None:
+            notes.append(f"{'the ' + str(self.tasks) if self.tasks > 1 else 'the one'} of its {self.of_tasks} tasks "
+                         f"{missing_from} lacked")
+        if self.stopped:
+            notes.append(f"{self.tasks_at_budget} of {'them' if self.of_tasks is not None else f'its {self.tasks} tasks'} "
+                         "at the budget")
+        return f"{self.spec} ({'; '.join(notes)})" if notes else self.spec
 
 
 class _BuildProgress(ProgressSink):
@@ -74,6 +89,7 @@ def build_library(
     tracker: str | None = None,
     key: str | None = None,
     hours: float | None = None,
+    missing_from: ScheduleLibrary | None = None,
     say: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[ModelBuilt], ScheduleLibrary | None]:
@@ -82,6 +98,7 @@ def build_library(
     ``tracker``/``key`` name a board (farm) to measure on; without them the loopback board of this host.
     ``hours``: stop measuring after that long (the batch in flight finishes), write the library of what the
     history holds and return; the same call resumes. Ctrl-C writes it too, then raises as a tune does.
+    ``missing_from``: tune only the tasks whose exact workload that library lacks (a model it holds whole is skipped).
     """
     from .pipeline import TuneOptions, TuningPipeline
     from .summary import TuneSummary
@@ -115,9 +132,19 @@ def build_library(
         pipeline = TuningPipeline(options, sink)
         sink.stop = pipeline.stop
         target, model = pipeline.check_inputs()
-        tasks = len(pipeline.extract_tasks(target, model))
+        extracted = pipeline.extract_tasks(target, model)
+        tasks, of_tasks = len(extracted), None
+        if missing_from is not None:
+            lacked = [task.task_name for task in extracted if missing_from.find(task.dispatched[0]) is None]
+            if not lacked:
+                say(f"[{number}/{len(zoo)}] {spec}: all its {tasks} tasks are in {_name(missing_from)}: skipped")
+                continue
+            options.task_names = lacked  # the pipeline's options: it tunes these tasks only
+            tasks, of_tasks = len(lacked), tasks
         options.trials = pipeline.trials = budget_per_workload * tasks
-        say(f"[{number}/{len(zoo)}] {spec}: {tasks} tasks, up to {options.trials} trials")
+        say(f"[{number}/{len(zoo)}] {spec}: {_tasks(tasks)}"
+            + (f" ({_name(missing_from)} lacks them; it holds the other {of_tasks - tasks})" if of_tasks else "")
+            + f", up to {options.trials} trials")
         started = time.monotonic()
         try:
             summary = pipeline.run()
@@ -125,7 +152,7 @@ def build_library(
             summary, stopped = TuneSummary.load(out_dir), interrupted
         at_budget = sum(t.trials_before + t.trials_this_run >= budget_per_workload for t in summary.tasks)
         built.append(ModelBuilt(spec, tasks, summary.trials.this_run, summary.trials.in_history_before,
-                                time.monotonic() - started, at_budget, stopped is not None))
+                                time.monotonic() - started, at_budget, stopped is not None, of_tasks))
         say(
             f"[{number}/{len(zoo)}] {spec}: {summary.trials.this_run} trials this run, "
             f"{summary.trials.in_history_before} in the history before, {built[-1].seconds:.0f} s"
@@ -144,8 +171,7 @@ def build_library(
         from ..tasks.graph import layout_name
 
         # a model the build stopped in is named with how far it got: a library user must not take it as done
-        covered = [f"{b.spec} ({b.tasks_at_budget} of its {b.tasks} tasks at the budget)" if b.stopped else b.spec
-                   for b in built]
+        covered = [b.label(_name(missing_from)) for b in built]
         history = open_history(db, read_only=True, timing=timing_of(profile))
         try:
             target = profile.tvm_target()
@@ -175,6 +201,14 @@ def _measured_on(target: Any, tracker: str | None) -> str | None:
     return f"{host_cpu().name} (this host, the loopback board)"
 
 
+def _tasks(count: int) -> str:
+    return f"{count} task" + ("s" if count != 1 else "")
+
+
+def _name(library: ScheduleLibrary | None) -> str:
+    return Path(library.path).name if library is not None and library.path else "the library"
+
+
 def _safe(spec: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in spec.removeprefix("demo:"))
 
@@ -184,7 +218,17 @@ def build_command(args: argparse.Namespace) -> int:
     from ..profile import load_profile
     from ..tasks.demo import ZOO
 
-    build_library(list(args.zoo or ZOO), load_profile(args.profile), args.db, budget_per_workload=args.budget,
+    profile = load_profile(args.profile)
+    missing_from = None
+    if args.missing_from:
+        from ..schedules.use import choose_library
+
+        choice = choose_library(args.missing_from, profile.tvm_target())
+        if choice.library is None:
+            raise OptionError(f"--missing-from must name a library of this profile's family, got "
+                              f"'{args.missing_from}' instead ({choice.message})")
+        missing_from = choice.library
+    build_library(list(args.zoo or ZOO), profile, args.db, budget_per_workload=args.budget,
                   work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key,
-                  hours=args.hours)
+                  hours=args.hours, missing_from=missing_from)
     return 0

@@ -781,6 +781,13 @@ def test_a_build_missing_from_a_library_tunes_only_what_the_library_lacks(tmp_pa
     assert all(task["trials_this_run"] >= 1 for task in summary["tasks"])
     assert gap is not None and gap.workloads and {w.shash for w in gap.workloads}.isdisjoint(w.shash for w in library.workloads)
     assert gap.header["zoo"] == [f"demo:tiny-cnn@16 (the {len(lacked)} of its {len(names)} tasks first.schedules.gz lacked)"]
+    # a zoo the library holds whole: nothing tuned, nothing written, and it says so
+    said.clear()
+    again, nothing = build_library(["demo:tiny-cnn"], profile, f"sqlite:///{tmp_path / 'gap.db'}", budget_per_workload=1,
+                                   work_dir=tmp_path / "gap", out=tmp_path / "nothing.schedules.gz", tracker=tracker,
+                                   key=loopback_board.key, missing_from=library, say=said.append)
+    assert (again, nothing) == ([], None) and not (tmp_path / "nothing.schedules.gz").exists()
+    assert said[-1] == f"nothing to build: first.schedules.gz holds every task of the zoo; {tmp_path / 'nothing.schedules.gz'} not written"
 
     # a file that is not a library of this family: one line, nothing tuned
     done = run_cli("schedules", "build", "--budget", "1", "--db", f"sqlite:///{tmp_path / 'no.db'}", "--zoo",

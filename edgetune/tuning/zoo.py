@@ -165,6 +165,8 @@ def build_library(
                 say(f"time limit of {hours:g} h reached in {spec}: run the same command again to go on")
             break
     library = None
+    if out is not None and not built and missing_from is not None:
+        say(f"nothing to build: {_name(missing_from)} holds every task of the zoo; {out} not written")
     if out is not None and built:
         from ..history import open_history
         from ..measure.runner import timing_of

@@ -127,21 +127,31 @@ def _unmarked_where_tuned_plain(mod: Any, target: Any) -> Any:
     return mod
 
 
-def _lowering_passes(target: Any) -> list[Any]:
-    """What ``compile_relax`` runs after applying the database: the target's lowering, or the generic one."""
+def _lowering_passes(target: Any, concat_in_place: bool = True) -> list[Any]:
+    """What ``compile_relax`` runs after applying the database: the target's lowering, or the generic one.
+
+    On CPU targets, with :class:`~edgetune.artifact.concat_in_place.ConcatInPlace` after memory planning.
+    """
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
 
+    from .concat_in_place import ConcatInPlace
+
     try:
-        return [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
+        passes = [*relax_pipeline.dataflow_lower_passes(target), *relax_pipeline.finalize_passes(target)]
     except (ValueError, AttributeError):  # TVM 0.27's CPU backend registers neither (compile_relax falls back too)
         transform = relax.transform
-        return [
+        passes = [
             transform.RewriteDataflowReshape(), transform.ToNonDataflow(), transform.RemovePurityChecking(),
             transform.CallTIRRewrite(), transform.StaticPlanBlockMemory(), transform.LowerAllocTensor(),
             transform.KillAfterLastUse(), transform.LowerRuntimeBuiltin(), transform.ComputePrimValue(),
             transform.VMShapeLower(), transform.AttachGlobalSymbol(),
         ]
+    if concat_in_place and str(target.kind.name) == "llvm":
+        planned = next((i for i, p in enumerate(passes) if p.info.name == "StaticPlanBlockMemory"), None)
+        if planned is not None:
+            passes.insert(planned + 1, ConcatInPlace())
+    return passes
 
 
 def export_model(executable: Any, path: str | Path, profile: DeviceProfile) -> Path:

@@ -60,21 +60,29 @@ def compile_model(mod: Any, target: Any, history: Any | None = None, prepack_wei
     if history is None:
         with tvm.transform.PassContext(opt_level=3):
             return relax.build(mod, target=target)
-    if not prepack_weights:
+    if str(target.kind.name) != "llvm":  # GPUs: compile_relax's DLight fallback schedules what was not tuned
         from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
         return compile_relax(history.for_target(target), mod, target, params=None)
-    return _compile_prepacked(history.for_target(target), mod, target)
+    return _compile_cpu(history.for_target(target), mod, target, prepack_weights)
 
 
-def _compile_prepacked(database: Any, mod: Any, target: Any) -> Any:
-    """``compile_relax``'s CPU pipeline, with each schedule's weight layout applied to the weights once, here."""
+def _compile_cpu(database: Any, mod: Any, target: Any, prepack_weights: bool) -> Any:
+    """``compile_relax``'s CPU pipeline, with concats built in place and, with ``prepack_weights``, each
+    schedule's weight layout applied to the weights once, here."""
     import tvm
     from tvm import relax
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    from ..tasks.models import prepare_for_tuning
 
     @tvm.transform.module_pass(opt_level=3)
     def _pipeline(mod: Any, _ctx: Any) -> Any:
-        return tvm.transform.Sequential(_lowering_passes(target))(prepacked_module(mod, target))
+        if prepack_weights:
+            mod = prepacked_module(mod, target)
+        else:
+            mod = MetaScheduleApplyDatabase()(prepare_for_tuning(mod, target))  # the workloads the tasks were
+        return tvm.transform.Sequential(_lowering_passes(target))(mod)
 
     with target, database, tvm.transform.PassContext(opt_level=3):
         return relax.build(mod, target=target, relax_pipeline=_pipeline)

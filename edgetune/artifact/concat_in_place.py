@@ -238,6 +238,9 @@ class ConcatInPlace:
             if changed:
                 updates[gv] = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,
                                              func.is_pure, func.attrs, func.span)
+        if not updates:
+            return mod
+        mod = mod.clone()  # a pass returns a new module and leaves its input as it was
         for gv, func in updates.items():
             mod[gv] = func
         return mod

@@ -110,12 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model}: {args.rounds} rounds x {args.calls} calls, {threads} threads, load average {load_before:.2f} -> {load_after:.2f}")
     for name, values in medians.items():
         series = np.array(values)
+        paired = series / np.array(medians["onnxruntime"])  # round by round: the machine's drift cancels
         results[name] = {
             "median_ms": float(np.median(series)), "q25_ms": float(np.percentile(series, 25)),
             "q75_ms": float(np.percentile(series, 75)), "ratio": float(np.median(series)) / baseline,
+            "paired_ratio": float(np.median(paired)), "paired_q25": float(np.percentile(paired, 25)),
+            "paired_q75": float(np.percentile(paired, 75)),
         }
         print(f"  {name:24s} median {np.median(series):8.3f} ms  q25-q75 {np.percentile(series, 25):8.3f}-"
-              f"{np.percentile(series, 75):8.3f}  / ONNX Runtime {results[name]['ratio']:.2f}")
+              f"{np.percentile(series, 75):8.3f}  / ONNX Runtime {results[name]['ratio']:.2f}"
+              f"  (per round {results[name]['paired_ratio']:.2f}, {results[name]['paired_q25']:.2f}-"
+              f"{results[name]['paired_q75']:.2f})")
     for name, ms in skipped.items():
         print(f"  {name:24s} not timed: {ms:.1f} ms at warm-up, {ms / warm['onnxruntime']:.1f}x ONNX Runtime's (read its own row)")
     if args.json:

@@ -11,7 +11,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
-from edgetune.artifact.compile import _lowering_passes
+from edgetune.artifact.compile import lowering_passes
 from edgetune.tasks import load_model, prepare_for_tuning
 from edgetune.tasks.graph import prepare_graph
 
@@ -20,7 +20,7 @@ TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 
 def concat_calls(mod: tvm.IRModule, in_place: bool) -> int:
     """Concat kernels ``main`` still calls once memory is planned (and, with ``in_place``, concats built in place)."""
-    passes = _lowering_passes(TARGET, concat_in_place=in_place)
+    passes = lowering_passes(TARGET, concat_in_place=in_place)
     names = [p.info.name for p in passes]
     upto = names.index("ConcatInPlace" if in_place else "StaticPlanBlockMemory") + 1
     with TARGET, tvm.transform.PassContext(opt_level=3):
@@ -29,7 +29,7 @@ def concat_calls(mod: tvm.IRModule, in_place: bool) -> int:
 
 
 def outputs(mod: tvm.IRModule, in_place: bool, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    passes = _lowering_passes(TARGET, concat_in_place=in_place)
+    passes = lowering_passes(TARGET, concat_in_place=in_place)
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
@@ -122,9 +122,9 @@ def test_only_concats_whose_inputs_can_be_slices_of_their_output_are_built_in_pl
 
 def test_concats_stay_kernels_off_the_cpu() -> None:
     """``ensure_zero_offset`` copies where the host cannot offset device pointers: there the concat stays."""
-    names = [p.info.name for p in _lowering_passes(tvm.target.Target({"kind": "opencl"}))]
+    names = [p.info.name for p in lowering_passes(tvm.target.Target({"kind": "opencl"}))]
     assert "StaticPlanBlockMemory" in names and "ConcatInPlace" not in names
-    assert "ConcatInPlace" in [p.info.name for p in _lowering_passes(TARGET)]
+    assert "ConcatInPlace" in [p.info.name for p in lowering_passes(TARGET)]
 
 
 class _EmptyHistory:

@@ -82,7 +82,7 @@ def _compile_cpu(database: Any, mod: Any, target: Any, prepack_weights: bool) ->
             mod = prepacked_module(mod, target)
         else:
             mod = MetaScheduleApplyDatabase()(prepare_for_tuning(mod, target))  # the workloads the tasks were
-        return tvm.transform.Sequential(_lowering_passes(target))(mod)
+        return tvm.transform.Sequential(lowering_passes(target))(mod)
 
     with target, database, tvm.transform.PassContext(opt_level=3):
         return relax.build(mod, target=target, relax_pipeline=_pipeline)
@@ -135,7 +135,7 @@ def _unmarked_where_tuned_plain(mod: Any, target: Any) -> Any:
     return mod
 
 
-def _lowering_passes(target: Any, concat_in_place: bool = True) -> list[Any]:
+def lowering_passes(target: Any, concat_in_place: bool = True) -> list[Any]:
     """What ``compile_relax`` runs after applying the database: the target's lowering, or the generic one.
 
     On CPU targets, with :class:`~edgetune.artifact.concat_in_place.ConcatInPlace` after memory planning.

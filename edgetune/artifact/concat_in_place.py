@@ -38,7 +38,6 @@ _ALLOC_TENSOR = "relax.memory.alloc_tensor"
 @dataclass(frozen=True)
 class _Alloc:
     index: int  # of its binding in the block
-    storage: relax.Expr
     shape: tuple[int, ...]
     dtype: str
 
@@ -87,16 +86,16 @@ def concat_axis(func: Any, n_inputs: int) -> int | None:
     return axes[0]
 
 
-def _alloc_of(value: Any) -> tuple[relax.Expr, int, tuple[int, ...], str] | None:
-    """(storage, offset, shape, dtype) of an ``R.memory.alloc_tensor`` with a static shape, else None."""
+def _alloc_of(value: Any) -> tuple[tuple[int, ...], str] | None:
+    """(shape, dtype) of an ``R.memory.alloc_tensor`` at offset 0 with a static shape, else None."""
     if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == _ALLOC_TENSOR):
         return None
-    storage, offset, shape, dtype = value.args[:4]
+    _storage, offset, shape, dtype = value.args[:4]
     if not isinstance(shape, relax.ShapeExpr) or not all(isinstance(d, tirx.IntImm) for d in shape.values):
         return None
     if not isinstance(offset, tirx.IntImm) or int(offset.value) != 0:
         return None
-    return storage, 0, tuple(int(d) for d in shape.values), str(dtype.value)
+    return tuple(int(d) for d in shape.values), str(dtype.value)
 
 
 def _vars_in(expr: Any) -> list[relax.Var]:
@@ -116,7 +115,7 @@ def _rewrite_block(block: relax.BindingBlock, mod: tvm.IRModule, outside_uses: s
     bindings = list(block.bindings)
     root: dict[relax.Var, relax.Var] = {}
     allocs: dict[relax.Var, _Alloc] = {}
-    uses: dict[relax.Var, list[tuple[int, int, int]]] = {}  # root -> (binding index, arg position, args) per use
+    uses: dict[relax.Var, list[tuple[int, bool]]] = {}  # root -> (binding index, whether a kernel's argument) per use
     for i, binding in enumerate(bindings):
         if not isinstance(binding, relax.VarBinding):
             return block, 0
@@ -126,14 +125,14 @@ def _rewrite_block(block: relax.BindingBlock, mod: tvm.IRModule, outside_uses: s
             continue
         alloc = _alloc_of(value)
         if alloc is not None:
-            allocs[binding.var] = _Alloc(i, alloc[0], alloc[2], alloc[3])
+            allocs[binding.var] = _Alloc(i, *alloc)
         if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
-            for position, arg in enumerate(value.args):
+            for arg in value.args:
                 for var in _vars_in(arg):
-                    uses.setdefault(root.get(var, var), []).append((i, position if arg.same_as(var) else -1, len(value.args)))
+                    uses.setdefault(root.get(var, var), []).append((i, arg.same_as(var)))
         else:
             for var in _vars_in(value):
-                uses.setdefault(root.get(var, var), []).append((i, -1, 0))
+                uses.setdefault(root.get(var, var), []).append((i, False))
     escaped = {root.get(v, v) for v in outside_uses}
 
     def callee(i: int) -> Any:
@@ -166,10 +165,12 @@ def _rewrite_block(block: relax.BindingBlock, mod: tvm.IRModule, outside_uses: s
         offset = 0
         for a in inputs:
             a_uses = uses.get(a, [])
-            producers = [u for u in a_uses if u[0] != i]
-            if (len(a_uses) != 2 or len(producers) != 1 or producers[0][0] > i
-                    or producers[0][1] != producers[0][2] - 1 or callee(producers[0][0]) is None
-                    or not isinstance(callee(producers[0][0]), tirx.PrimFunc) or offset % ALLOC_ALIGNMENT):
+            # one kernel before the concat takes it, so writes it (an output of a kernel with several included),
+            # and only the concat reads it
+            producers = [index for index, _ in a_uses if index != i]
+            if (len(a_uses) != 2 or not all(direct for _, direct in a_uses) or len(producers) != 1
+                    or producers[0] > i or not isinstance(callee(producers[0]), tirx.PrimFunc)
+                    or offset % ALLOC_ALIGNMENT):
                 fits = False
                 break
             offset += _nbytes(allocs[a].shape, allocs[a].dtype)
@@ -214,9 +215,6 @@ def _rewrite_block(block: relax.BindingBlock, mod: tvm.IRModule, outside_uses: s
 class ConcatInPlace:
     """Run after ``StaticPlanBlockMemory`` (CPU targets): concats whose inputs can be views of their output become them."""
 
-    def __init__(self) -> None:
-        self.rewritten = 0
-
     def transform_module(self, mod: tvm.IRModule, _ctx: Any) -> tvm.IRModule:
         updates = {}
         for gv, func in mod.functions_items():
@@ -233,7 +231,6 @@ class ConcatInPlace:
                 new_block, count = _rewrite_block(block, mod, outside)
                 if count:
                     blocks[k] = new_block
-                    self.rewritten += count
                     changed = True
             if changed:
                 updates[gv] = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,

@@ -11,6 +11,7 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
+from conftest import EmptyHistory
 from edgetune.artifact.compile import lowering_passes
 from edgetune.tasks import load_model, prepare_for_tuning
 from edgetune.tasks.graph import prepare_graph
@@ -127,25 +128,27 @@ def test_concats_stay_kernels_off_the_cpu() -> None:
     assert "ConcatInPlace" in [p.info.name for p in lowering_passes(TARGET)]
 
 
-class _EmptyHistory:
-    """A history with no records: ``compile_model`` takes its tuned path, every kernel as Relax legalized it."""
-
-    def for_target(self, _target):
-        import tvm.s_tir.meta_schedule as ms
-
-        return ms.database.MemoryDatabase()
-
-
 @pytest.mark.parametrize("prepack", [False, True])
 def test_the_tuned_build_builds_concats_in_place(prepack: bool) -> None:
     """What ``edgetune tune`` and ``deploy`` deliver: ``compile_model`` with a history, weights prepacked or not."""
     from edgetune.artifact.compile import compile_model
 
     model = prepare_graph(load_model("demo:squeezenet1.1@32"), "NCHWc", "full", TARGET)
-    executable = compile_model(model.mod, TARGET, _EmptyHistory(), prepack_weights=prepack)
+    executable = compile_model(model.mod, TARGET, EmptyHistory(), prepack_weights=prepack)
     text = executable.as_text()
     assert "concatenate" not in text and text.count("vm.builtin.ensure_zero_offset") >= 8, text[:2000]
     feeds = model.random_inputs(0)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     ours = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()]).numpy()
     np.testing.assert_allclose(ours, model.reference_outputs(feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_an_arm_board_build_builds_concats_in_place() -> None:
+    """What tests/test_deploy_board.py ships to the emulated arm64 board (and verifies there) has no concat kernel."""
+    from edgetune.artifact.compile import compile_model
+    from edgetune.profile import load_profile
+
+    target = load_profile("rpi4").tvm_target()
+    model = load_model("demo:squeezenet1.1@32")  # as make_run_dir builds it: the graph as imported
+    text = compile_model(model.mod, target, EmptyHistory()).as_text()
+    assert "concatenate" not in text and text.count("vm.builtin.ensure_zero_offset") >= 8

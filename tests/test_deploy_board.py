@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import EmptyHistory
 from provision_fixtures import Site, arm64_sshd, assert_one_error, loopback_sshd  # noqa: F401
 from test_deploy_ship import make_run_dir
 
@@ -190,6 +191,13 @@ def test_arm64_board_runs_the_cross_compiled_deployment(arm64_sshd, tmp_path: Pa
         assert litert["error"] is None and litert["outputs_match"] is True and litert["max_rel_diff"] < 1e-4, litert
         assert litert["protocol"].endswith("; on board arm") and litert["baseline_ms"] > 0
         assert manifest["profile"] == "emu-rpi4" and manifest["artifact"]["sha256"]
+        # a model built as a tuned one is, its fire modules' concats built in place (views at byte offsets into
+        # one buffer), computes on the aarch64 runtime what the host computes
+        concat_run = make_run_dir(tmp_path / "concat-run", profile=str(profile), model_spec="demo:squeezenet1.1@32",
+                                  history=EmptyHistory())
+        result = site.cli("deploy", "--board", "arm", str(concat_run), "--repeat", "1", "--warmup", "1", timeout=1800)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "RPC verification ok on arm" in result.stdout
         # run.py by hand on the board, over SSH, through the `current` link
         from edgetune.provision.inventory import load_inventory
         from edgetune.provision.ssh import BoardConnection

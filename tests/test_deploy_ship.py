@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,8 +23,12 @@ pytestmark = pytest.mark.integration
 MODEL = "demo:tiny-cnn"
 
 
-def make_run_dir(path: Path, profile: str = "host", model_spec: str = MODEL) -> Path:
-    """What `edgetune tune` leaves behind: model.so and summary.json (untuned build, same layout)."""
+def make_run_dir(path: Path, profile: str = "host", model_spec: str = MODEL, history: Any = None) -> Path:
+    """What `edgetune tune` leaves behind: model.so and summary.json (untuned build, same layout).
+
+    With ``history`` (anything with ``for_target``), model.so is built as a tuned model is: through
+    edgetune's pipeline, concats built in place on CPUs.
+    """
     import tvm
 
     from edgetune.artifact.compile import compile_model, export_model
@@ -33,7 +38,7 @@ def make_run_dir(path: Path, profile: str = "host", model_spec: str = MODEL) -> 
     prof = load_profile(profile)
     model = load_model(model_spec)
     target = prof.tvm_target()
-    export_model(compile_model(model.mod, target), path / "model.so", prof)
+    export_model(compile_model(model.mod, target, history), path / "model.so", prof)
     summary = {
         "tvm_version": tvm.__version__,
         "model": {"source": model.source, "name": model.name, "sha256": model.sha256},

@@ -15,7 +15,7 @@ import pytest
 from edgetune.measure.evaluator import PROBE_RUNS, STOCK_RUNS, AdaptiveEvaluator, cumulative_cv, mean_ci_halfwidth
 from edgetune.search.early_stop import AdaptiveEarlyStop, EarlyStop, FixedEarlyStop, make_early_stop
 from edgetune.search.sampling import KMeansSampler
-from edgetune.costmodel.surrogate import aggregate_features, expected_improvement
+from edgetune.costmodel.surrogate import RandomForestModel, aggregate_features, expected_improvement
 
 
 # --------------------------------------------------------------------------- adaptive evaluator
@@ -329,6 +329,59 @@ def test_aggregate_features_is_fixed_length():
     per_store = np.array([[1.0, 2.0], [3.0, 0.0]])
     assert list(aggregate_features(per_store)) == [4.0, 2.0, 3.0, 2.0, 2.0]
     assert aggregate_features(np.zeros((0, 2))).shape == (5,)
+
+
+# --------------------------------------------------------------------------- the forest's training set
+def _forest_with_tasks(sizes: dict[str, int], **kwargs) -> RandomForestModel:
+    """A forest holding ``sizes[task]`` synthetic records per task; latency falls with feature 0."""
+    model = RandomForestModel(n_estimators=4, seed=0, **kwargs)
+    rng = np.random.default_rng(1)
+    for index, (task, size) in enumerate(sizes.items()):
+        rows = np.column_stack([rng.uniform(size=size), np.full(size, float(index))])
+        model.add_measured(task, rows, list(1e-3 * (2.0 - rows[:, 0])))
+    return model
+
+
+def test_below_the_cap_one_forest_is_fitted_on_every_record_and_reused_until_records_come():
+    model = _forest_with_tasks({"a": 30, "b": 20}, max_train_samples=64)
+    x, y = model.training_set(None)
+    assert x.shape == (50, 2) and y.max() == pytest.approx(1.0)
+    model.predict_rows("a", x[:3])
+    model.predict_rows("b", x[:3])  # same records: the forest fitted for "a" serves "b"
+    assert model.fits_ == 1
+    model.add_measured("b", np.array([[0.5, 1.0]]), [1.5e-3])
+    mean, std = model.predict_rows("b", x[:3])
+    assert model.fits_ == 2 and mean.shape == (3,) and np.all(std >= 0)
+
+
+def test_above_the_cap_a_fit_reads_all_of_the_tasks_records_and_a_sample_of_the_others():
+    model = _forest_with_tasks({"a": 300, "b": 40, "c": 300}, max_train_samples=128)
+    x, y = model.training_set("b")
+    assert x.shape == (128, 2) and len(y) == 128
+    assert np.sum(x[:, 1] == 1.0) == 40  # every record of "b" (feature 1 is the task's index)
+    assert 0 < np.sum(x[:, 1] == 0.0) < 88 and 0 < np.sum(x[:, 1] == 2.0) < 88
+    x_again, _ = model.training_set("b")
+    assert np.array_equal(x, x_again)  # the sample is a function of the records, not of the call
+    # a task with more records than the cap: a sample of its own, nothing of the others
+    x_a, _ = model.training_set("a")
+    assert x_a.shape == (128, 2) and np.all(x_a[:, 1] == 0.0)
+    # one fit per task asked, and none again until records come
+    model.predict_rows("a", x[:2])
+    model.predict_rows("a", x[:2])
+    model.predict_rows("b", x[:2])
+    assert model.fits_ == 2
+
+
+def test_the_capped_forest_still_ranks_the_tasks_candidates():
+    model = _forest_with_tasks({"a": 200, "b": 200, "c": 200}, max_train_samples=100)
+    probe = np.column_stack([np.linspace(0.0, 1.0, 5), np.full(5, 1.0)])
+    mean, _ = model.predict_rows("b", probe)
+    assert np.all(np.diff(mean) > 0)  # faster (larger feature 0) predicted better
+
+
+def test_the_cap_must_hold_the_warm_up():
+    with pytest.raises(ValueError, match="max_train_samples must be >= num_warmup_samples"):
+        RandomForestModel(max_train_samples=4, num_warmup_samples=8)
 
 
 def test_inconsistent_settings_fail_as_one_profile_line(tmp_path):

@@ -51,26 +51,39 @@ def test_adaptive_evaluator_takes_more_runs_on_a_noisy_board(tmp_path):
     evenly to tell the two cases apart reliably."""
     from edgetune.measure.runner import TrackerRunner
 
-    artifact, args_info = _matmul_artifact(tmp_path, n=192)  # ~2.5 ms a run: micro-batches of ~130 ms
-    # budget_ms=0: the paper's CV rule alone (a 2.5 ms kernel would spend the 100 ms budget in two micro-batches)
-    config = MeasureSettings(
-        evaluator="adaptive", micro_batch=50, max_runs=300, cv_threshold=0.10, micro_batch_ms=0, budget_ms=0
-    )
+    artifact, args_info = _matmul_artifact(tmp_path, n=192)  # ~2.5 ms a run on a quiet host
     with LocalBoard(key="noise-test", num_threads=1, log_dir=tmp_path / "board") as board:
         address = board.start()
-        runner = TrackerRunner(address, config=config)
+        # A micro-batch must last about as long as a stall (20-200 ms), or it averages the stalls out and the CV
+        # cannot see them: on a loaded host the kernel ran 7-16 ms, 50 of them 0.4-0.8 s, and every measurement
+        # stopped at two micro-batches. So the micro-batch is sized from the kernel's time on this host now.
+        probe = TrackerRunner(address, config=_cv_rule(50))
         try:
-            _runs_used(runner, artifact, args_info, 2)  # warm-up: a fresh server's first timings drift
+            warm = _runs_used(probe, artifact, args_info, 2, 50)  # also the warm-up: a fresh server's first timings drift
+        finally:
+            probe.close()
+        run_sec = min(record.mean_sec for record in warm)
+        micro = int(min(50, max(5, round(0.130 / run_sec))))
+        runner = TrackerRunner(address, config=_cv_rule(micro))
+        try:
             quiet, noisy = [], []
             for _ in range(4):  # interleaved blocks, so the shared host's own noise hits both alike
-                quiet += _runs_used(runner, artifact, args_info, 2)
+                quiet += [r.runs for r in _runs_used(runner, artifact, args_info, 2, micro)]
                 with _stalls(board.pids[-1]):
-                    noisy += _runs_used(runner, artifact, args_info, 2)
+                    noisy += [r.runs for r in _runs_used(runner, artifact, args_info, 2, micro)]
         finally:
             runner.close()
-    print(f"runs used: quiet {quiet}, noisy {noisy}")
+    print(f"{run_sec * 1e3:.2f} ms a run, micro-batches of {micro}; runs used: quiet {quiet}, noisy {noisy}")
     assert np.mean(noisy) > np.mean(quiet), (quiet, noisy)
-    assert min(quiet) == 100  # quiet: two micro-batches are enough at least once
+    assert min(quiet) == 2 * micro  # quiet: two micro-batches are enough at least once
+
+
+def _cv_rule(micro_batch: int) -> MeasureSettings:
+    """The paper's CV rule alone (``budget_ms=0``: a 2.5 ms kernel would spend a 100 ms budget in two micro-batches)."""
+    return MeasureSettings(
+        evaluator="adaptive", micro_batch=micro_batch, max_runs=6 * micro_batch, cv_threshold=0.10,
+        micro_batch_ms=0, budget_ms=0,
+    )
 
 
 @contextlib.contextmanager
@@ -102,20 +115,21 @@ def _stalls(pgid: int):
 
 
 
-def _runs_used(runner, artifact: str, args_info: list, times: int) -> list[int]:
+def _runs_used(runner, artifact: str, args_info: list, times: int, micro_batch: int) -> list:
+    """The adaptive evaluator's record of ``times`` measurements of the artifact."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    used = []
+    records = []
     for _ in range(times):
         (future,) = runner.run([RunnerInput(artifact, "llvm", [ArgInfo.from_json(a) for a in args_info])])
         result = future.result()
         assert result.error_msg is None, result.error_msg
         record = runner.adaptive_log.pop(artifact)
-        assert record.runs % 50 == 0 and record.runs == len(record.run_secs) and record.probe_runs == 0
-        used.append(record.runs)
+        assert record.runs % micro_batch == 0 and record.runs == len(record.run_secs) and record.probe_runs == 0
+        records.append(record)
         print(f"  {record.runs} runs, mean {record.mean_sec * 1e3:.2f} ms, micro-batch means (ms) {[round(m * 1e3, 2) for m in record.batch_means]}")
-    return used
+    return records
 
 
 def test_surrogate_and_strategy_on_a_real_tune_context():

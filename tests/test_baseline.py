@@ -24,7 +24,8 @@ def test_tune_with_an_onnxruntime_baseline_on_the_embedded_board(tmp_path) -> No
     [baseline] = summary.end_to_end.baselines
     assert baseline["runtime"] == "onnxruntime" and baseline["error"] is None and baseline["version"]
     assert baseline["baseline_ms"] > 0 and baseline["tuned_ms"] > 0 and baseline["outputs_match"] is True
-    assert baseline["max_rel_diff"] < 1e-4 and "spinning off" in baseline["protocol"]
+    assert baseline["max_rel_diff"] < 1e-4 and "default session options, spinning default" in baseline["protocol"]
+    assert "each runtime alone" in baseline["protocol"] and "0.5 s pause before every block" in baseline["protocol"]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith(f"tuned {baseline['tuned_ms']:.3f} ms; ONNX Runtime {baseline['baseline_ms']:.3f} ms on this board: ")
     assert last.endswith(("x faster", "x slower")), last
@@ -95,3 +96,74 @@ def test_a_rewritten_model_so_is_timed_as_it_is_now(tmp_path) -> None:
     for result in (before, after):  # each the model of its own moment (x + 1 against x + 2: 0.4 apart)
         assert result.error is None and result.max_rel_diff < 1e-6, result
     assert held is not None
+
+
+def test_blocks_alternate_and_each_waits_for_a_pause() -> None:
+    """time_in_blocks: a pause before every block, each runtime once per round, the first of each round alternating."""
+    from edgetune.board.baseline import time_in_blocks
+
+    events: list[str] = []
+    clock = iter(range(100))
+
+    def block(name: str):
+        def run() -> float:
+            events.append(name)
+            return float(next(clock))
+        return run
+
+    times = time_in_blocks({"tuned": block("tuned"), "onnxruntime": block("onnxruntime")}, 3, 0.25,
+                           sleep=lambda sec: events.append(f"pause {sec}"))
+    assert events == [
+        "pause 0.25", "tuned", "pause 0.25", "onnxruntime",
+        "pause 0.25", "onnxruntime", "pause 0.25", "tuned",
+        "pause 0.25", "tuned", "pause 0.25", "onnxruntime",
+    ]
+    assert times == {"tuned": [0.0, 3.0, 4.0], "onnxruntime": [1.0, 2.0, 5.0]}
+
+
+def test_tune_baseline_times_each_runtime_alone_in_alternating_blocks(tmp_path, monkeypatch) -> None:
+    """What `tune --baseline` runs on the embedded board: the block protocol, ONNX Runtime with its default options."""
+    import onnxruntime
+
+    import edgetune.board.baseline as baseline
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    events: list[str] = []
+    real = baseline.time_in_blocks
+
+    def spy(blocks, rounds, pause_sec=baseline.BLOCK_PAUSE_SEC, sleep=None):
+        def logged(name, run):
+            def block() -> float:
+                events.append(name)
+                return run()
+            return block
+
+        return real({name: logged(name, run) for name, run in blocks.items()}, rounds, pause_sec,
+                    sleep=lambda sec: events.append(f"pause {sec}"))
+
+    options_made: list = []
+    real_options = onnxruntime.SessionOptions
+
+    def options() -> object:
+        made = real_options()
+        options_made.append(made)
+        return made
+
+    monkeypatch.setattr(baseline, "time_in_blocks", spy)
+    monkeypatch.setattr(onnxruntime, "SessionOptions", options)
+    profile = load_profile("host").with_overrides(tuning={"baseline": "onnxruntime"})
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=2))
+    [result] = summary.end_to_end.baselines
+    assert result["error"] is None and result["outputs_match"], result
+    rounds = 15
+    expected = []
+    for index in range(rounds):
+        order = ["tuned", "onnxruntime"] if index % 2 == 0 else ["onnxruntime", "tuned"]
+        expected += [item for name in order for item in (f"pause {baseline.BLOCK_PAUSE_SEC}", name)]
+    assert events == expected
+    # the user's defaults: no spinning switch, the profile's threads
+    [made] = options_made
+    assert made.intra_op_num_threads == profile.device.num_threads
+    with pytest.raises(RuntimeError, match="does not have configuration"):  # never set: ONNX Runtime's default
+        made.get_session_config_entry("session.intra_op.allow_spinning")

@@ -117,7 +117,7 @@ def test_deploy_times_the_baselines_on_the_board(site: Site, tmp_path: Path) -> 
     onnx, litert = json.loads((current / "manifest.json").read_text())["baselines"]
     assert onnx["runtime"] == "onnxruntime" and onnx["error"] is None and onnx["version"], onnx
     assert onnx["baseline_ms"] > 0 and onnx["tuned_ms"] > 0 and onnx["outputs_match"] is True and onnx["max_rel_diff"] < 1e-4
-    assert onnx["protocol"].endswith("; on board lo") and "spinning off" in onnx["protocol"]
+    assert onnx["protocol"].endswith("; on board lo") and "spinning default" in onnx["protocol"]
     assert f"ONNX Runtime {onnx['baseline_ms']:.3f} ms on this board: " in result.stdout
     assert litert["error"] == "runs a .tflite file; this model was given as an ONNX file"
     assert f"baseline LiteRT: {litert['error']}" in result.stdout.splitlines()

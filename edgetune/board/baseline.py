@@ -3,19 +3,24 @@
 A deployment engineer tunes only if the tuned model beats what they run
 today. :func:`compare_with_baseline` loads the delivered ``model.so`` and the
 same model file in the baseline runtime (ONNX Runtime for an ONNX model,
-LiteRT with its XNNPACK CPU kernels for a ``.tflite`` one) in one process and times
-them in interleaved rounds: each round TVM's ``time_evaluator`` over
-``number`` calls, then the baseline over as many calls; the medians over
-rounds are compared, and the outputs are compared on the same input.
+LiteRT with its XNNPACK CPU kernels for a ``.tflite`` one) in one process,
+compares their outputs on the same input, and times them with one protocol,
+the one every comparison edgetune makes uses (``tune --baseline``, ``deploy
+--baseline``, the benchmarks):
 
-The fair protocol (measured in ``benchmarks/baseline_fairness.py``, see
-RESULTS.md): ONNX Runtime's intra-op threads spin after a run by default and,
-on a machine with as many threads as cores, slow the next TVM round down;
-they are told not to (``session.intra_op.allow_spinning = 0``), so that each
-runtime finds the cores idle when its round starts. LiteRT's XNNPACK threads
-need no such switch: interleaved, both runtimes stay within 4 % of their time
-alone (MobileNetV2 from a ``.tflite``, RESULTS.md). Used by ``edgetune tune
---baseline`` and by ``benchmarks/vs_onnxruntime.py`` alike.
+* each runtime as its user runs it: ONNX Runtime with its default session
+  options (its intra-op threads spin after a run), LiteRT with its defaults
+  (XNNPACK), both with the profile's thread count;
+* each timed alone, in blocks (:func:`time_in_blocks`): a pause of
+  :data:`BLOCK_PAUSE_SEC` before every block, so that the other runtime's
+  threads have stopped spinning and the cores are idle, then one untimed call
+  and ``number`` timed ones;
+* the rounds alternate which runtime goes first; medians over rounds.
+
+Before, ONNX Runtime's spinning was turned off so that interleaved rounds did
+not slow TVM's; that slowed ONNX Runtime itself by 1.5-1.8x on 2 cores and
+flattered the tuned model (benchmarks/baseline_protocol.py measures both
+against each runtime timed alone in its own process).
 
 On a provisioned board the same file runs as a script (``python baseline.py
 RUNTIME --artifact model.so --model FILE --input NAME=x.npy``, printing the
@@ -26,15 +31,20 @@ models with this very loop (see :mod:`edgetune.provision.baseline`).
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 #: the relative output difference (max |ours - theirs| / max |theirs|) under which outputs agree
 OUTPUT_RTOL = 1e-4
+#: seconds before each timed block: the other runtime's threads stop spinning and the cores go idle
+BLOCK_PAUSE_SEC = 0.5
+#: a block lasts at least this long (s): a fast model is called more than ``number`` times
+MIN_BLOCK_SEC = 0.02
 
 
 @dataclass
@@ -108,6 +118,25 @@ def load_module_fresh(artifact: str | os.PathLike[str]) -> Any:
         return tvm.runtime.load_module(str(copy))
 
 
+def time_in_blocks(
+    blocks: Mapping[str, Callable[[], float]], rounds: int, pause_sec: float = BLOCK_PAUSE_SEC,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, list[float]]:
+    """Each runtime timed alone: per round one block of each, a pause before every block, the first one alternating.
+
+    ``blocks`` maps a runtime's name to a function that runs one block and returns its milliseconds per call.
+    Round ``r`` runs them in the given order for even ``r`` and reversed for odd ``r``, so neither always
+    follows the other. Returns each runtime's milliseconds per call, one value per round.
+    """
+    names = list(blocks)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            sleep(pause_sec)
+            times[name].append(blocks[name]())
+    return times
+
+
 def compare_with_baseline(
     runtime: str,
     artifact: str | os.PathLike[str],
@@ -117,16 +146,17 @@ def compare_with_baseline(
     *,
     rounds: int = 15,
     number: int = 10,
-    allow_spinning: bool = False,
+    allow_spinning: bool | None = None,
+    pause_sec: float = BLOCK_PAUSE_SEC,
     given_as: str = "",
 ) -> BaselineResult:
-    """Time ``artifact`` (a compiled Relax module) and ``runtime`` on the same ``inputs`` in interleaved rounds.
+    """Time ``artifact`` (a compiled Relax module) and ``runtime`` on the same ``inputs``, each alone in blocks.
 
     ``model_bytes`` is the model file in the runtime's format (:data:`RUNTIME_FORMATS`; None: the model was
     given in another, named by ``given_as``, and could not be converted; bytes with another ``given_as``:
-    converted from it, which the protocol says). ``allow_spinning=True`` leaves ONNX Runtime's threads spinning
-    between runs (its default; unfair on a machine without spare cores). Never raises for a missing runtime
-    or model: the result's ``error`` says why.
+    converted from it, which the protocol says). ``allow_spinning``: None keeps ONNX Runtime's default (its
+    threads spin); True or False sets it, for the benchmark that compares protocols. Never raises for a
+    missing runtime or model: the result's ``error`` says why.
     """
     if runtime not in RUNTIME_NAMES:
         return BaselineResult(runtime, error=f"must be one of {', '.join(RUNTIME_NAMES)}, got {runtime!r} instead")
@@ -149,30 +179,49 @@ def compare_with_baseline(
     ours = (out if hasattr(out, "numpy") else out[0]).numpy()  # a tensor, or a tuple of them
     theirs = run(feed)
     rel = float(np.abs(ours - theirs).max() / max(float(np.abs(theirs).max()), 1e-30))
-    timer = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
-    for _ in range(2):  # warm-up: thread pools, caches
-        timer(*args)
-        run(feed)
-    tuned_ms, baseline_ms = [], []
-    for _ in range(rounds):
-        tuned_ms.append(timer(*args).mean * 1e3)
+    calls = max(number, _calls_for(lambda: vm["main"](*args)), _calls_for(lambda: run(feed)))
+    timer = vm.time_evaluator("main", tvm.cpu(), number=calls, repeat=1)
+
+    def tuned_block() -> float:
+        vm["main"](*args)  # untimed: wakes TVM's thread pool after the pause
+        return float(timer(*args).mean) * 1e3
+
+    def baseline_block() -> float:
+        run(feed)  # untimed: wakes the runtime's threads after the pause
         started = time.perf_counter()
-        for _ in range(number):
+        for _ in range(calls):
             run(feed)
-        baseline_ms.append((time.perf_counter() - started) / number * 1e3)
+        return (time.perf_counter() - started) / calls * 1e3
+
+    times = time_in_blocks({"tuned": tuned_block, runtime: baseline_block}, rounds, pause_sec)
+    tuned_ms, baseline_ms = times["tuned"], times[runtime]
+    if runtime == "onnxruntime":
+        spinning = "default (threads spinning)" if allow_spinning is None else ("on" if allow_spinning else "off")
+        settings = f"; ONNX Runtime default session options, spinning {spinning}"
+    else:
+        settings = "; LiteRT defaults (XNNPACK)"
     return BaselineResult(
         runtime, version,
         baseline_ms=statistics.median(baseline_ms), tuned_ms=statistics.median(tuned_ms),
         baseline_spread_ms=(min(baseline_ms), max(baseline_ms)), tuned_spread_ms=(min(tuned_ms), max(tuned_ms)),
         max_rel_diff=rel, outputs_match=rel <= OUTPUT_RTOL,
-        protocol=f"{rounds} interleaved rounds of {number} calls, {threads} threads, median"
-        + (f"; ONNX Runtime spinning {'on' if allow_spinning else 'off'}" if runtime == "onnxruntime" else "; XNNPACK")
+        protocol=f"each runtime alone: {rounds} alternating rounds of one {calls}-call block each, "
+        f"{pause_sec:g} s pause before every block, {threads} threads, median" + settings
         + (f"; the model exported from {FORMAT_NAMES.get(given_as, given_as)}"
            if given_as and given_as != RUNTIME_FORMATS[runtime] else ""),
     )
 
 
-def _load(runtime: str, model_bytes: bytes, threads: int, allow_spinning: bool) -> tuple[str, Any] | BaselineResult:
+def _calls_for(call: Callable[[], Any]) -> int:
+    """Calls of ``call`` that fill :data:`MIN_BLOCK_SEC` (timed from two warm-up calls)."""
+    call()
+    started = time.perf_counter()
+    call()
+    seconds = max(time.perf_counter() - started, 1e-6)
+    return max(1, math.ceil(MIN_BLOCK_SEC / seconds))
+
+
+def _load(runtime: str, model_bytes: bytes, threads: int, allow_spinning: bool | None) -> tuple[str, Any] | BaselineResult:
     """(version, run(feed) -> first output) of the model in ``runtime``, or the result saying why it cannot run."""
     import numpy as np
 
@@ -187,12 +236,12 @@ def _load(runtime: str, model_bytes: bytes, threads: int, allow_spinning: bool) 
     version = str(getattr(engine, "__version__", ""))
     try:
         if runtime == "onnxruntime":
-            options = engine.SessionOptions()
+            options = engine.SessionOptions()  # its defaults, as a user runs it: only the thread count is the profile's
             options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            spinning = "1" if allow_spinning else "0"
-            options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
-            options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+            if allow_spinning is not None:
+                spinning = "1" if allow_spinning else "0"
+                options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+                options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
             session = engine.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
             names = [given.name for given in session.get_inputs()]  # fed by position: an export may rename
             return version, lambda feed: session.run(None, dict(zip(names, feed.values())))[0]

@@ -38,8 +38,8 @@ CAPTIONS = {
     "baselines": (
         "Against what you would run instead",
         "The whole model untuned (as measured on the board after the tune), in each baseline runtime "
-        "(tuning.baseline) and tuned, the last two timed in one process on the same input and threads in "
-        "interleaved rounds (medians; edgetune/board/baseline.py). Lower is better.",
+        "(tuning.baseline) and tuned, the last two timed in one process on the same input and threads, each "
+        "alone in blocks after a pause, the rounds alternating (medians; edgetune/board/baseline.py). Lower is better.",
     ),
     "runs": (
         "Evaluator: runs per candidate",

@@ -29,16 +29,20 @@ steps, and :func:`lower_blocked` the fourth:
    after ``fast-math``, has ``LegalizeOps`` lower blocked convolutions, which it has no lowering for:
    ordinary ones to TOPI's ``conv2d_NCHWc``, depthwise ones to the
    ``depthwise_conv2d_NCHWc`` compute below (TOPI 0.27 declares that operator
-   but registers no generic implementation).
+   but registers no generic implementation), grouped ones whose groups are
+   whole blocks (RegNet's, ResNeXt's wider stages) to ``group_conv2d_NCHWc``.
 
 Every tensor's block is its channel count's: ``b`` where ``b`` divides it,
-else the half block (for ``b`` of 16). Other convolutions whose channels do
-not divide into blocks and grouped convolutions other than depthwise stay
-NCHW, with a layout transform between.
+else the half block (for ``b`` of 16). A convolution the blocked layout cannot
+lower stays NCHW on its own, with layout transforms around it, and the rest of
+the graph stays blocked: one whose channels do not divide into blocks, or a
+grouped one whose groups are not whole blocks. :func:`unblocked_convolutions`
+lists them with the reason, for the summary and the kernel inventory.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -80,14 +84,76 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
         kept = _count(rest, lambda call: call.attrs.data_layout == "NCHW")
         blocked_depthwise = _count(rest, lambda call: call.attrs.kernel_layout.startswith("OIHW1i"))
         half = _count(rest, lambda call: _half_blocked(call, block))
+        grouped = _count(rest, lambda call: call.attrs.groups > 1 and not call.attrs.kernel_layout.startswith("OIHW1i")
+                         and call.attrs.data_layout != "NCHW")
     detail = f"{total - kept} of {total} convolutions in NCHW{block}c"
     if depthwise:
         detail += f" ({blocked_depthwise} of {depthwise} depthwise)"
+    if grouped:
+        detail += f", {grouped} grouped with whole blocks per group"
     if half:
         detail += f", {half} with {block // 2}-channel blocks where {block} do not divide"
     if clips:
         detail += f", {clips} clip bounds as ops"
     return rest, detail
+
+
+@dataclass(frozen=True)
+class UnblockedConv:
+    """A convolution the blocked layout left in NCHW, and why (the summary and the kernel inventory say it)."""
+
+    data_shape: tuple[int, ...]
+    weight_shape: tuple[int, ...]
+    groups: int
+    reason: str
+
+    def describe(self) -> str:
+        out_channels, in_per_group, kh, kw = self.weight_shape
+        in_channels = self.data_shape[1]
+        grouped = f", {self.groups} groups" if self.groups > 1 else ""
+        return f"conv2d {in_channels}->{out_channels} {kh}x{kw}{grouped} on {self.data_shape[2]}x{self.data_shape[3]}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"data_shape": list(self.data_shape), "weight_shape": list(self.weight_shape), "groups": self.groups,
+                "reason": self.reason, "description": self.describe()}
+
+
+def unblocked_convolutions(mod: tvm.IRModule, block: int) -> list[UnblockedConv]:
+    """The convolutions of a blocked (not yet lowered) ``mod`` still in NCHW, each with the reason it is.
+
+    Each stays NCHW on its own, between layout transforms; the rest of the graph stays blocked.
+    """
+    half = block // 2 if block >= 16 else None
+    found: list[UnblockedConv] = []
+
+    def divides(channels: int) -> bool:
+        return channels % block == 0 or (half is not None and channels % half == 0)
+
+    def visit(expr: relax.Expr) -> None:
+        if not _is_op(expr, "relax.nn.conv2d") or expr.attrs.data_layout != "NCHW":
+            return
+        data, weight = _shape(expr.args[0]), _shape(expr.args[1])
+        if data is None or weight is None or len(data) != 4 or len(weight) != 4:
+            return
+        groups = int(expr.attrs.groups)
+        in_channels, out_channels = data[1], weight[0]
+        if groups > 1 and not _is_depthwise(expr):
+            reason = (f"grouped: {in_channels // groups} input and {out_channels // groups} output channels per group, "
+                      f"which blocks of {block} do not divide")
+        elif groups > 1:
+            reason = f"depthwise: {in_channels} channels, which blocks of {block} do not divide"
+        elif not isinstance(expr.args[1], tvm.ir.expr.Constant):
+            reason = "weights: not a constant"
+        elif not (divides(in_channels) or in_channels < block) or not divides(out_channels):
+            reason = f"channels: {in_channels} input and {out_channels} output, which blocks of {block} do not divide"
+        else:
+            reason = "attributes: no blocked form for them"
+        found.append(UnblockedConv(tuple(data), tuple(weight), groups, reason))
+
+    for _gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
 
 
 def lower_blocked(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
@@ -448,7 +514,12 @@ def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
             primfunc_name_hint="depthwise_conv2d_NCHWc",
         )
     if attrs.groups != 1:
-        raise ValueError(f"no lowering for a conv2d in {layout}/{attrs.kernel_layout} with {attrs.groups} groups")
+        if attrs.out_layout not in ("", layout):
+            raise ValueError(f"no lowering for a grouped conv2d from {layout} to {attrs.out_layout}")
+        return bb.call_te(
+            group_conv2d_nchwc, data, kernel, attrs.strides, attrs.padding, attrs.dilation, attrs.groups, out_dtype,
+            primfunc_name_hint="group_conv2d_NCHWc",
+        )
     return bb.call_te(
         topi.nn.conv2d_NCHWc, data, kernel, attrs.strides, attrs.padding, attrs.dilation,
         layout, attrs.out_layout or layout, out_dtype, primfunc_name_hint="conv2d_NCHWc",
@@ -478,4 +549,43 @@ def depthwise_conv2d_nchwc(
             axis=[ry, rx],
         ),
         name="depthwise_conv2d_NCHWc",
+    )
+
+
+def group_conv2d_nchwc(
+    data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilation: Any, groups: int, out_dtype: str
+) -> te.Tensor:
+    """Grouped convolution, ``NCHW{b}c`` data and ``OIHW{b}i{b}o`` weights, each group a whole number of blocks.
+
+    ``ConvertLayout`` blocks a grouped convolution only where blocks divide each group's input and output
+    channels (RegNet's and ResNeXt's wide groups); the weight's input axis is then one group's channels, so
+    output block ``c`` reads the input blocks of its own group only. TOPI 0.27 has no such compute.
+    """
+    batch, in_chunks, height, width, lanes = data.shape
+    out_chunks, group_in_chunks, kernel_h, kernel_w, _in_lanes, out_lanes = kernel.shape
+    groups = int(groups)
+    out_chunks_per_group = int(out_chunks) // groups
+    if int(in_chunks) != groups * int(group_in_chunks) or int(out_chunks) % groups:
+        raise ValueError(f"a grouped conv2d_NCHWc needs whole blocks per group, got {groups} groups of "
+                         f"{data.shape} data and {kernel.shape} weights instead")
+    stride_h, stride_w = (int(s) for s in strides)
+    dilation_h, dilation_w = (int(d) for d in dilation)
+    top, left, bottom, right = (int(p) for p in padding)
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
+    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    ic = te.reduce_axis((0, group_in_chunks), name="ic")
+    iv = te.reduce_axis((0, lanes), name="iv")
+    ry = te.reduce_axis((0, kernel_h), name="ry")
+    rx = te.reduce_axis((0, kernel_w), name="rx")
+    return te.compute(
+        (batch, out_chunks, out_h, out_w, out_lanes),
+        lambda n, c, y, x, v: te.sum(
+            data[n, c // out_chunks_per_group * group_in_chunks + ic, y * stride_h + ry * dilation_h,
+                 x * stride_w + rx * dilation_w, iv].astype(out_dtype)
+            * kernel[c, ic, ry, rx, iv, v].astype(out_dtype),
+            axis=[ic, ry, rx, iv],
+        ),
+        name="group_conv2d_NCHWc",
     )

@@ -45,9 +45,10 @@ otherwise; ``"NCHW8c"`` and the like fix the block, for channel counts the lanes
 do not divide): ``NCHW16c`` data and ``OIHW16i16o`` weights, depthwise
 convolutions and the ``Clip`` after them included (:mod:`edgetune.tasks.blocking`
 says how, and lowers what Relax's ``LegalizeOps`` cannot), and a 3-channel stem
-with its input in one block of 3; convolutions whose channels do not divide
-into blocks otherwise and grouped ones other than depthwise stay NCHW, with a
-layout transform between. A blocked layout runs before ``fast-math`` (which
+with its input in one block of 3, and grouped convolutions whose groups are
+whole blocks; a convolution the blocked layout cannot lower (channels that do
+not divide into blocks, groups narrower than a block) stays NCHW on its own,
+between layout transforms, and :attr:`GraphReport.unblocked` says which and why. A blocked layout runs before ``fast-math`` (which
 turns sigmoid into a ``call_tir`` the blocking cannot see through) and is
 lowered after it, so EfficientNet's SiLU stays blocked and fuses into its
 convolution.
@@ -107,6 +108,8 @@ class GraphReport:
     optimization: str
     conv_layout: str
     passes: list[GraphPass] = field(default_factory=list)
+    #: the convolutions a blocked layout left in NCHW, each with why (:class:`~edgetune.tasks.blocking.UnblockedConv`)
+    unblocked: list[Any] = field(default_factory=list)
 
     @property
     def skipped(self) -> list[GraphPass]:
@@ -117,6 +120,9 @@ class GraphReport:
         done = [f"{p.name} ({p.detail})" if p.detail else p.name for p in self.passes if p.status == "applied"]
         parts = [f"graph: {', '.join(done) if done else 'as imported'}"]
         parts += [f"{p.name} skipped: {p.detail}" for p in self.skipped]
+        if self.unblocked:
+            reasons = sorted({conv.reason.split(":")[0] for conv in self.unblocked})
+            parts.append(f"{len(self.unblocked)} convolution(s) left in NCHW ({', '.join(reasons)}; see summary.json)")
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,6 +130,7 @@ class GraphReport:
             "optimization": self.optimization,
             "conv_layout": self.conv_layout,
             "passes": [p.to_dict() for p in self.passes],
+            "unblocked_convolutions": [conv.to_dict() for conv in self.unblocked],
         }
 
 
@@ -170,8 +177,9 @@ def prepare_graph(
         mod, entry = _run_pass(name, apply, mod)
         report.passes.append(entry)
     if is_blocked(conv_layout) and any(p.name == layout and p.status != "skipped" for p in report.passes):
-        from .blocking import lower_blocked
+        from .blocking import lower_blocked, unblocked_convolutions
 
+        report.unblocked = unblocked_convolutions(mod, block_of(conv_layout, target))
         try:
             with tvm.transform.PassContext(opt_level=3):
                 mod = lower_blocked(mod, target)

@@ -40,6 +40,10 @@ class Kernel:
     klass: str  # "compute" or "memory"
     kind: str  # "contraction" for compute; elementwise / data-movement / reduction / other for memory
     after_compute: bool = False  # reads the output of a compute-bound kernel directly
+    #: a convolution kernel's layout ("NCHW", "NCHWc"); empty for other kernels
+    layout: str = ""
+    #: why a convolution is in NCHW under a blocked layout (the graph's reason for it), else empty
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,6 +76,9 @@ class KernelInventory:
         line += f" ({memory})" if memory else ""
         if self.foldable:
             line += f"; left unfused: {', '.join(self.foldable)}"
+        unblocked = [k.name for k in self.kernels if k.note]
+        if unblocked:
+            line += f"; in NCHW under the blocked layout: {', '.join(unblocked)}"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,16 +90,46 @@ class KernelInventory:
         }
 
 
-def kernel_inventory(prepared: tvm.IRModule, tasks: Sequence[Any]) -> KernelInventory:
-    """Classify ``tasks`` (MetaSchedule ``ExtractedTask``s of ``prepared``, the fused module)."""
+def kernel_inventory(prepared: tvm.IRModule, tasks: Sequence[Any], unblocked: Sequence[Any] = ()) -> KernelInventory:
+    """Classify ``tasks`` (MetaSchedule ``ExtractedTask``s of ``prepared``, the fused module).
+
+    ``unblocked``: the convolutions the blocked layout left in NCHW (:func:`~edgetune.tasks.blocking.unblocked_convolutions`),
+    whose reasons go on the kernels that compute them.
+    """
     producers = _compute_producers(prepared)
     kernels = []
     for task in tasks:
         func = _prim_func(task.dispatched[0])
         kind = classify(func)
         klass = "compute" if kind == "contraction" else "memory"
-        kernels.append(Kernel(task.task_name, int(task.weight), klass, kind, task.task_name in producers["after_compute"]))
+        layout = conv_layout_of(func) if klass == "compute" else ""
+        note = _unblocked_reason(func, unblocked) if layout == "NCHW" else ""
+        kernels.append(Kernel(task.task_name, int(task.weight), klass, kind, task.task_name in producers["after_compute"],
+                              layout, note))
     return KernelInventory(kernels)
+
+
+def conv_layout_of(func: tirx.PrimFunc) -> str:
+    """``NCHWc`` for a blocked convolution's kernel, ``NCHW`` for a plain one, empty for a kernel with no convolution."""
+    names = [b.name_hint for b in _blocks(func)]
+    if any("conv2d" in name and "NCHWc" in name for name in names):
+        return "NCHWc"
+    if any("conv2d" in name and "nchw" in name for name in names):
+        return "NCHW"
+    return ""
+
+
+def _unblocked_reason(func: tirx.PrimFunc, unblocked: Sequence[Any]) -> str:
+    """The graph's reason for the NCHW convolution ``func`` computes: the one whose data and weight shapes it takes."""
+    shapes = set()
+    for param in func.params:
+        shape = getattr(param.ty, "shape", None)
+        if shape is not None and all(isinstance(d, tirx.IntImm) for d in shape):
+            shapes.add(tuple(int(d) for d in shape))
+    for conv in unblocked:
+        if tuple(conv.data_shape) in shapes and tuple(conv.weight_shape) in shapes:
+            return conv.reason
+    return ""
 
 
 def classify(func: tirx.PrimFunc) -> str:

@@ -282,7 +282,7 @@ class TuningPipeline:
             if missing:
                 raise EdgetuneError(f"task names must be among the model's tasks {names}, got {missing} instead")
             extracted = [task for task in extracted if task.task_name in wanted]
-        return extracted, kernel_inventory(prepared, extracted)
+        return extracted, kernel_inventory(prepared, extracted, model.graph.unblocked if model.graph else ())
 
     def unmark_library_tasks(self, extracted: list[Any], target: Any) -> list[Any]:
         """With ``tuning.prepack_weights``: tasks whose workload the schedule library holds keep their weights as imported.

@@ -169,12 +169,17 @@ class TuneSummary:
         """How the graph was prepared and what kernels it left, one line each (empty for older summaries)."""
         if not self.graph:
             return []
+        from ..tasks.blocking import UnblockedConv
         from ..tasks.graph import GraphPass, GraphReport
         from ..tasks.inventory import Kernel, KernelInventory
 
         graph = self.graph
         passes = [GraphPass(**p) for p in graph.get("passes", [])]
-        lines = [GraphReport(graph["optimization"], graph["conv_layout"], passes).describe()]
+        unblocked = [
+            UnblockedConv(tuple(c["data_shape"]), tuple(c["weight_shape"]), int(c["groups"]), c["reason"])
+            for c in graph.get("unblocked_convolutions", [])
+        ]
+        lines = [GraphReport(graph["optimization"], graph["conv_layout"], passes, unblocked).describe()]
         if graph.get("kernels"):
             lines.append(KernelInventory([Kernel(**k) for k in graph["kernels"]["kernels"]]).describe())
         return lines

@@ -1,0 +1,124 @@
+"""Every convolution in a layout it can lower (issue 52, point 3).
+
+A grouped convolution (groups > 1, not depthwise) whose groups are whole blocks
+runs blocked (``group_conv2d_NCHWc``); one whose groups are not stays NCHW on
+its own, between layout transforms, and the rest of the graph stays blocked.
+Before, one grouped convolution made the blocked layout fail to lower and the
+whole graph stayed NCHW.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tvm
+import tvm.s_tir.meta_schedule as ms
+from tvm import relax
+
+from edgetune.tasks import load_model, prepare_for_tuning
+from edgetune.tasks.graph import prepare_graph
+from edgetune.tasks.inventory import kernel_inventory
+
+TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+
+def grouped_model() -> bytes:
+    """stem 3->32, a grouped 3x3 conv of 2 groups (16 channels each), one of 8 groups (4 each), a 1x1 conv, a classifier."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    nodes: list = []
+    inits: list = []
+
+    def conv(x: str, cin: int, cout: int, name: str, *, group: int = 1, kernel: int = 3, stride: int = 1) -> str:
+        weight = rng.normal(0, np.sqrt(2 / (cin // group * kernel * kernel)), (cout, cin // group, kernel, kernel))
+        inits.extend([numpy_helper.from_array(weight.astype(np.float32), f"{name}_w"),
+                      numpy_helper.from_array(rng.normal(0, 0.1, cout).astype(np.float32), f"{name}_b")])
+        pad = kernel // 2
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_conv"], kernel_shape=[kernel] * 2,
+                                      pads=[pad] * 4, strides=[stride] * 2, group=group))
+        nodes.append(helper.make_node("Relu", [f"{name}_conv"], [name]))
+        return name
+
+    x = conv("input", 3, 32, "stem", stride=2)
+    x = conv(x, 32, 32, "wide_groups", group=2)
+    x = conv(x, 32, 32, "narrow_groups", group=8)
+    x = conv(x, 32, 64, "pointwise", kernel=1)
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"]))
+    nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], axis=1))
+    inits += [numpy_helper.from_array(rng.normal(0, 0.2, (10, 64)).astype(np.float32), "fc_w"),
+              numpy_helper.from_array(rng.normal(0, 0.1, 10).astype(np.float32), "fc_b")]
+    nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1))
+    graph = helper.make_graph(
+        nodes, "grouped", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def test_a_grouped_convolution_keeps_the_rest_blocked_and_matches_onnx_runtime(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    path = tmp_path / "grouped.onnx"
+    path.write_bytes(grouped_model())
+    model = load_model(str(path))
+    blocked = prepare_graph(model, "NCHW8c", "full", TARGET)
+    graph = blocked.graph
+    (entry,) = [p for p in graph.passes if p.name == "layout-NCHW8c"]
+    assert entry.status == "applied", graph.describe()
+    assert "3 of 4 convolutions in NCHW8c" in entry.detail and "1 grouped with whole blocks per group" in entry.detail, entry
+    # the 8-group convolution (4 channels per group) alone stays NCHW, and the summary says why
+    (left,) = graph.unblocked
+    assert left.groups == 8 and left.weight_shape == (32, 4, 3, 3) and left.reason.startswith("grouped: 4 input")
+    assert "1 convolution(s) left in NCHW (grouped" in graph.describe()
+    assert graph.to_dict()["unblocked_convolutions"][0]["groups"] == 8
+
+    prepared = prepare_for_tuning(blocked.mod, TARGET)
+    tasks = ms.relax_integration.extract_tasks(prepared, TARGET)
+    inventory = kernel_inventory(prepared, tasks, graph.unblocked)
+    convs = {k.name: k for k in inventory.kernels if k.layout}
+    assert sorted(k.layout for k in convs.values()) == ["NCHW", "NCHWc", "NCHWc", "NCHWc"], convs
+    (nchw,) = [k for k in convs.values() if k.layout == "NCHW"]
+    assert nchw.note == left.reason and nchw.name in inventory.describe()
+    assert sum("group_conv2d_NCHWc" in t.dispatched[0].script() for t in tasks) == 1
+
+    x = model.random_inputs(0)["input"]
+    with tvm.transform.PassContext(opt_level=3):
+        vm = relax.VirtualMachine(relax.build(blocked.mod, target=TARGET), tvm.cpu())
+    ours = vm["main"](tvm.runtime.tensor(x)).numpy()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, {session.get_inputs()[0].name: x})[0]
+    assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
+
+
+def test_the_blocked_grouped_convolution_computes_what_the_nchw_one_does() -> None:
+    """group_conv2d_NCHWc against TOPI's grouped NCHW convolution: strided, padded, two blocks per group."""
+    from tvm import te, topi
+
+    from edgetune.tasks.blocking import group_conv2d_nchwc
+
+    rng = np.random.default_rng(0)
+    groups, block, cin, cout = 2, 4, 16, 24
+    x = rng.normal(size=(1, cin, 9, 9)).astype(np.float32)
+    w = rng.normal(size=(cout, cin // groups, 3, 3)).astype(np.float32)
+    data, weight = te.placeholder(x.shape), te.placeholder(w.shape)
+    plain = topi.nn.group_conv2d_nchw(data, weight, 2, 1, 1, groups, "float32")
+    xb = x.reshape(1, cin // block, block, 9, 9).transpose(0, 1, 3, 4, 2)
+    wb = w.reshape(cout // block, block, cin // groups // block, block, 3, 3).transpose(0, 2, 4, 5, 3, 1)
+    bdata, bweight = te.placeholder(xb.shape), te.placeholder(wb.shape)
+    blocked = group_conv2d_nchwc(bdata, bweight, (2, 2), (1, 1, 1, 1), (1, 1), groups, "float32")
+
+    def run(args, out, *values):
+        func = tvm.compile(te.create_prim_func([*args, out]), target="llvm")
+        result = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], np.float32))
+        func(*[tvm.runtime.tensor(v) for v in values], result)
+        return result.numpy()
+
+    expected = run([data, weight], plain, x, w)
+    got = run([bdata, bweight], blocked, xb, np.ascontiguousarray(wb))
+    got = got.transpose(0, 1, 4, 2, 3).reshape(expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

@@ -916,3 +916,52 @@ def test_info_counts_the_ports_of_a_loopback_board_instead_of_listing_them() -> 
     boards = {"local", "rk3399-a@10.0.0.7:9090", "local@127.0.0.1:33751", "local@127.0.0.1:35001"}
     assert _boards_in_brief(boards) == ["local", "rk3399-a@10.0.0.7:9090", "local@127.0.0.1 (2 ports)"]
     assert _boards_in_brief({"local@127.0.0.1:1"}) == ["local@127.0.0.1"]
+
+
+def _library_at_gflops(source: Path, out: Path, scale: float) -> Path:
+    """``source`` with every schedule's recorded GFLOPS times ``scale``: its operator classes reach more (or less)."""
+    library = load_library(source)
+    for workload in library.workloads:
+        for schedule in workload.schedules:
+            schedule.gflops = schedule.gflops * scale if schedule.gflops else schedule.gflops
+    return write_library(out, library.header, library.workloads)
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e-4], ids=["far-below-its-class", "close-to-its-class"])
+def test_a_task_far_below_its_class_is_searched_first_whatever_its_per_task_budget(
+    library_file, tmp_path, loopback_board, monkeypatch, scale
+) -> None:
+    """An adapted schedule is a first candidate, not a verdict (tuning/lagging.py): torchvision's SqueezeNet 1.1 kept a
+    classifier schedule adapted from another shape at 30 GFLOPS (half the model) where its class ran at 100-200, and at
+    two trials per task nothing searched it. A task far below its class gets the kept search trials over its per-task
+    cap; one close to its class keeps the budget it had."""
+    import edgetune.tuning.lagging as lagging
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    monkeypatch.setattr(lagging, "MIN_CLASS_WORKLOADS", 1)  # the small library holds one or two convs per class
+    path, _db, _profile = library_file
+    scaled = _library_at_gflops(path, tmp_path / "scaled.schedules.gz", scale)
+    profile = host_profile(loopback_board, schedules=str(scaled), max_trials_per_task=2, lagging_trials=4,
+                           lagging_share=0.05)
+    model = "demo:tiny-cnn@40"  # the library holds the 32x32 CNN: its convolutions start from adapted schedules
+    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    summary = tune(profile, loopback_board, tmp_path / "run", model=model, trials=3 * len(extracted), evaluate=False)
+    searched_first = summary.schedules["searched_first"]
+    by_name = {t.name: t for t in summary.tasks}
+    if scale > 1:
+        assert searched_first, summary.library_lines()
+        model_us = sum(t.weight * t.best_latency_us for t in summary.tasks if t.best_latency_us)
+        for entry in searched_first:
+            task = by_name[entry["name"]]
+            assert task.transferred_latency_us is not None or task.library_latency_us is not None
+            assert entry["gflops"] < 0.5 * entry["class_gflops"] and entry["reserved"] == 4
+            # its inherited schedule (and its untuned default, at three trials per task), then the kept search
+            # trials, past the per-task cap of 2
+            before = 1 + (task.default_latency_us is not None)
+            assert task.trials_this_run == before + entry["reserved"] > 2, task
+            assert entry["share"] >= 0.05 and task.weight * task.best_latency_us <= model_us
+        assert any(line.startswith("searched first") for line in summary.library_lines())
+    else:
+        assert searched_first == []
+        assert all(t.trials_this_run <= 2 for t in summary.tasks)

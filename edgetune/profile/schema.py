@@ -368,6 +368,12 @@ class TuningSettings:
         "faster models, benchmarks/RESULTS.md vs_onnxruntime_retime)",
     )
     confirm_margin: float = declare(_number(at_least=0), 0.15)
+    # no task ends at an inherited schedule its operator class beats by far (edgetune/tuning/lagging.py): a task that
+    # started from the library and runs under lagging_ratio of its class's GFLOPS while it is at least lagging_share
+    # of the model gets lagging_trials of the search budget kept for it (0: off)
+    lagging_ratio: float = declare(_number(at_least=0), 0.5)
+    lagging_share: float = declare(_number(at_least=0), 0.05)
+    lagging_trials: int = declare(_integer(0), 8)
     minor_task_share: float = declare(_number(at_least=0), 0.01)
     minor_task_trials: int = declare(_integer(1), 2)
     # measure each task's untuned code (its default schedule) as one trial before the search, so the

@@ -49,6 +49,9 @@ class LibraryChoice:
     exact: dict[str, float] = field(default_factory=dict)  # task name -> the library's latency (us) where it measured it
     #: task name -> the latency (us) of the library's schedule of another shape, adapted to the task and measured
     transferred: dict[str, float] = field(default_factory=dict)
+    #: tasks whose library schedule ran far below their operator class, searched first
+    #: (:class:`~edgetune.tuning.lagging.LaggingTask` as dicts)
+    searched_first: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         lib = self.library
@@ -59,6 +62,7 @@ class LibraryChoice:
             "library_family": lib.family if lib else None,
             "target_family": self.family,
             "message": self.message,
+            "searched_first": list(self.searched_first),
         }
 
 

@@ -210,23 +210,62 @@ class TaskLimits:
         self._caps: dict[str, int] = {}
         self._before: dict[str, int] = {}
         self._search_left: int | None = None  # None: no run-wide limit
+        self._reserved: dict[str, int] = {}  # task -> search trials only it may take (tasks searched first)
 
     def set_search_budget(self, trials: int) -> None:
         """The candidates the search of all tasks together may measure this run."""
         self._search_left = max(0, int(trials))
 
-    def take(self, wanted: int) -> int:
-        """Grant up to ``wanted`` candidates of the run's search budget (all of them without one)."""
+    @property
+    def search_left(self) -> int | None:
+        return self._search_left
+
+    def reserve(self, task: str, trials: int) -> int:
+        """Keep up to ``trials`` of the run's search budget for ``task`` alone; how many were kept.
+
+        Other tasks cannot take them, whatever order the task scheduler picks tasks in: a task that must be
+        searched gets its trials even when the budget is one or two per task.
+        """
+        if self._search_left is None:
+            return 0
+        free = self._search_left - sum(self._reserved.values())
+        kept = max(0, min(int(trials), free))
+        if kept:
+            self._reserved[task] = self._reserved.get(task, 0) + kept
+        return kept
+
+    def reserved(self, task: str) -> int:
+        return self._reserved.get(task, 0)
+
+    def release(self, task: str) -> None:
+        """What was kept for ``task`` goes back to every task (its search ended before it used it)."""
+        self._reserved.pop(task, None)
+
+    def take(self, wanted: int, task: str | None = None) -> int:
+        """Grant up to ``wanted`` candidates of the run's search budget (all of them without one).
+
+        ``task`` draws on its own reservation first; what other tasks reserved is not granted.
+        """
         if self._search_left is None:
             return wanted
-        granted = min(wanted, self._search_left)
+        own = self._reserved.get(task, 0) if task is not None else 0
+        free = self._search_left - (sum(self._reserved.values()) - own)
+        granted = max(0, min(wanted, free))
         self._search_left -= granted
+        if own:
+            self._reserved[task] = own - min(own, granted)
         return granted
 
     def set_cap(self, task: str, trials: int) -> None:
         """At most ``trials`` measured by the search (and before it) this run; the lowest cap set wins."""
         current = self._caps.get(task)
         self._caps[task] = int(trials) if current is None else min(current, int(trials))
+
+    def raise_cap(self, task: str, trials: int) -> None:
+        """A cap of at least ``trials`` for a task that must be searched (a task without a cap keeps none)."""
+        current = self._caps.get(task)
+        if current is not None and current < int(trials):
+            self._caps[task] = int(trials)
 
     def add_measured_before(self, task: str, count: int = 1) -> None:
         self._before[task] = self._before.get(task, 0) + count
@@ -432,6 +471,12 @@ class AdaptiveSearch(PySearchStrategy):
         self.inner.post_tuning()
 
     def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
+        batch = self._next_batch()
+        if batch is None:  # the task's search ends: what the run kept for it goes back to the others
+            self.limits.release(str(self.context.task_name))
+        return batch
+
+    def _next_batch(self) -> list[MeasureCandidate] | None:
         task, name = self._task, str(self.context.task_name)
         limit = self.limits.cap(name)
         if limit is not None:
@@ -439,7 +484,7 @@ class AdaptiveSearch(PySearchStrategy):
             task.capped = limit
         if task.proposed >= self.budget:
             return None
-        if self.stopper.should_stop():
+        if self.stopper.should_stop() and not self.limits.reserved(name):  # trials kept for it are searched first
             task.stopped_early = True
             task.early_stop_limit = self.stopper.limit
             return None
@@ -473,7 +518,7 @@ class AdaptiveSearch(PySearchStrategy):
             batch = self._unmeasured(self.random_candidates(2 * len(pool) + 2))[: len(pool)]
         if self.cap is not None:
             batch = batch[: max(0, self.cap - task.measured - outside)]
-        batch = batch[: self.limits.take(len(batch))]
+        batch = batch[: self.limits.take(len(batch), name)]
         if not batch and pool:  # the run's search budget is spent: this task is done
             return None
         task.measured += len(batch)

@@ -58,6 +58,7 @@ from ..tasks.graph import prepare_graph
 from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
 
+from .lagging import TaskStanding, choose_lagging, class_gflops, describe_lagging, reserve_for_lagging
 from ..schedules.use import LibraryChoice, choose_library, default_unknown, library_candidates, transferred_library_candidates
 from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
@@ -617,6 +618,7 @@ class TuningPipeline:
                     return outcome
                 self.plan_confirmation(plan)
                 plan.limits.set_search_budget(plan.search_budget)
+                self.search_lagging_tasks_first(plan, session)
                 self.size_batches(plan, session)
                 outcome.scheduler = self.make_task_scheduler(session.awaits)
                 ms.tune_tasks(
@@ -776,6 +778,29 @@ class TuningPipeline:
                 if found:
                     plan.library_candidates[index] = found
                     budget -= len(found)
+
+    def search_lagging_tasks_first(self, plan: TaskPlan, session: TuneSession) -> None:
+        """Search trials kept for the tasks whose library schedule runs far below its operator class (tuning/lagging.py).
+
+        Only with edgetune's search, which reads the reservations (``plan.caps_enforced``).
+        """
+        tuning, library, progress = self.profile.tuning, session.library, session.progress
+        if not plan.caps_enforced or library is None or library.library is None or tuning.lagging_trials <= 0:
+            return
+        model_sec = sum(t.weight * sec for t in progress.tasks if (sec := t.best_sec or t.default_sec))
+        standings = []
+        for task, ctx in zip(progress.tasks, session.contexts):
+            if task.index not in plan.library_candidates or task.best_gflops is None:
+                continue  # not inherited from the library, or nothing measured
+            if plan.inventory is not None and plan.inventory.kernels[task.index].klass != "compute":
+                continue
+            standings.append(TaskStanding(task.name, task.weight * task.best_sec, task.best_gflops,
+                                          class_gflops(library.library, ctx.mod)))
+        lagging = choose_lagging(standings, model_sec, ratio=tuning.lagging_ratio, share=tuning.lagging_share)
+        searched_first = reserve_for_lagging(lagging, plan.limits, model_sec, tuning.lagging_trials)
+        library.searched_first = [task.to_dict() for task in searched_first]
+        if searched_first:
+            announce(self.sink, plan.remaining, describe_lagging(library.searched_first))
 
     def measure_library_schedules(self, plan: TaskPlan, session: TuneSession, recorder: RecordAndReport) -> int:
         """Each covered task's library schedules, measured on the board as its first trials and stored; how many."""

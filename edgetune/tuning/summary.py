@@ -212,6 +212,10 @@ class TuneSummary:
                 f"{len(moved)} of {len(self.tasks)} tasks started from the library's schedule of another shape of their "
                 f"operator, adapted; final best / that schedule: median {median:.2f}, {sum(r < 0.995 for r in ratios)} improved on it"
             )
+        if lib.get("searched_first"):
+            from .lagging import describe_lagging
+
+            lines.append(describe_lagging(lib["searched_first"]))
         return lines
 
     def retimed_lines(self) -> list[str]:

@@ -1,0 +1,113 @@
+"""No task ends at an inherited schedule that its operator class beats by far.
+
+A schedule library's schedule is a task's first candidate, not a verdict. One
+adapted from another shape can run far below what the same operator reaches at
+its neighbours' shapes: torchvision's SqueezeNet 1.1 (ceil-mode pools, so
+every layer a shape the library lacked) ran its 512->1000 classifier from an
+adapted schedule at 30 GFLOPS, 5.7 ms of the model's 11 ms, where the library's
+schedules of that operator run at 100-200 GFLOPS, and at two trials per task
+nothing searched it.
+
+The rule, once the library's schedules are measured and before the search:
+
+* a task's *class* is its operator signature (:mod:`edgetune.tasks.signature`);
+  the class reaches the median, over the library's workloads of that
+  signature, of each workload's best GFLOPS (:func:`class_gflops`; at least
+  :data:`MIN_CLASS_WORKLOADS` of them, else the task has no reference);
+* a compute-bound task that started from the library (its exact workload or
+  another shape, adapted) *lags* when its best runs under
+  ``tuning.lagging_ratio`` of its class and it *weighs*: its weighted latency is
+  at least ``tuning.lagging_share`` of the model's (the sum over tasks of
+  weight x best, or the untuned latency where nothing better was measured);
+* each lagging task, the costliest first, gets ``tuning.lagging_trials`` of the
+  run's search budget kept for it alone (:meth:`~edgetune.search.strategy.TaskLimits.reserve`)
+  and its per-task cap raised to fit them, whatever the per-task budget and
+  whatever order the task scheduler picks tasks in; a task that ends its
+  search early gives the rest back.
+
+So every lagging task's final schedule was measured against searched
+candidates; a task close to its class keeps the budget it had.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+#: fewest library workloads of a class for its median to be a reference
+MIN_CLASS_WORKLOADS = 3
+
+
+@dataclass(frozen=True)
+class TaskStanding:
+    """A task as the rule judges it: its weighted best latency, its GFLOPS and its class's."""
+
+    name: str
+    weighted_sec: float  # weight x best latency (s)
+    gflops: float
+    class_gflops: float | None  # None: the library holds too few workloads of its class
+
+
+@dataclass(frozen=True)
+class LaggingTask:
+    """A task searched first: how far below its class it ran, its share of the model, the trials kept for it."""
+
+    name: str
+    gflops: float
+    class_gflops: float
+    share: float
+    reserved: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def class_gflops(library: Any, mod: Any) -> float | None:
+    """What ``mod``'s operator class reaches in ``library``: the median of its workloads' best GFLOPS, or None."""
+    from ..tasks.signature import operator_signature
+
+    best = [
+        max(s.gflops for s in workload.schedules if s.gflops)
+        for workload in library.nearest_workloads(mod, operator_signature(mod))
+        if any(s.gflops for s in workload.schedules)
+    ]
+    return statistics.median(best) if len(best) >= MIN_CLASS_WORKLOADS else None
+
+
+def choose_lagging(
+    standings: Sequence[TaskStanding], model_sec: float, *, ratio: float, share: float
+) -> list[TaskStanding]:
+    """The tasks that lag their class by more than ``ratio`` and weigh at least ``share`` of ``model_sec``, costliest first."""
+    if model_sec <= 0:
+        return []
+    lagging = [
+        s for s in standings
+        if s.class_gflops and s.gflops < ratio * s.class_gflops and s.weighted_sec >= share * model_sec
+    ]
+    return sorted(lagging, key=lambda s: -s.weighted_sec)
+
+
+def reserve_for_lagging(
+    lagging: Sequence[TaskStanding], limits: Any, model_sec: float, trials: int
+) -> list[LaggingTask]:
+    """Keep ``trials`` of the search budget for each lagging task, in order, while the budget lasts; raise its cap."""
+    kept: list[LaggingTask] = []
+    for standing in lagging:
+        reserved = limits.reserve(standing.name, trials)
+        if reserved <= 0:
+            break
+        limits.raise_cap(standing.name, limits.measured_before(standing.name) + reserved)
+        kept.append(LaggingTask(standing.name, standing.gflops, float(standing.class_gflops or 0.0),
+                                standing.weighted_sec / model_sec, reserved))
+    return kept
+
+
+def describe_lagging(searched_first: Sequence[dict[str, Any]]) -> str:
+    """One line: which tasks ran far below their class and how many search trials each has kept."""
+    parts = [
+        f"{t['name']} ({t['gflops']:.0f} of its class's {t['class_gflops']:.0f} GFLOPS, {t['share']:.0%} of the model, "
+        f"{t['reserved']} trials)"
+        for t in searched_first
+    ]
+    return f"searched first, their library schedule far below their operator class: {'; '.join(parts)}"

@@ -1,0 +1,54 @@
+"""The rule that no task ends at an inherited schedule its class beats by far (tuning/lagging.py), and the
+search budget it keeps for such tasks (search/strategy.py TaskLimits)."""
+
+from __future__ import annotations
+
+from edgetune.search.strategy import TaskLimits
+from edgetune.tuning.lagging import TaskStanding, choose_lagging, describe_lagging, reserve_for_lagging
+
+
+def test_only_heavy_tasks_far_below_their_class_lag_the_costliest_first() -> None:
+    standings = [
+        TaskStanding("classifier", weighted_sec=5.7e-3, gflops=30.0, class_gflops=150.0),  # SqueezeNet 1.1's
+        TaskStanding("close", weighted_sec=3.0e-3, gflops=120.0, class_gflops=150.0),  # near its class
+        TaskStanding("tiny", weighted_sec=0.1e-3, gflops=10.0, class_gflops=150.0),  # far below, but 1% of the model
+        TaskStanding("stem", weighted_sec=1.0e-3, gflops=20.0, class_gflops=150.0),
+        TaskStanding("unknown", weighted_sec=2.0e-3, gflops=1.0, class_gflops=None),  # no reference: not judged
+    ]
+    lagging = choose_lagging(standings, 11e-3, ratio=0.5, share=0.05)
+    assert [s.name for s in lagging] == ["classifier", "stem"]
+    assert choose_lagging(standings, 11e-3, ratio=0.1, share=0.05) == []  # 30 of 150 is not under a tenth
+    assert choose_lagging(standings, 0.0, ratio=0.5, share=0.05) == []
+
+
+def test_kept_trials_go_to_their_task_whatever_order_tasks_ask_in() -> None:
+    limits = TaskLimits()
+    limits.set_search_budget(10)
+    limits.set_cap("classifier", 2)
+    limits.add_measured_before("classifier")
+    lagging = [TaskStanding("classifier", 5.7e-3, 30.0, 150.0), TaskStanding("stem", 1e-3, 20.0, 150.0)]
+    kept = reserve_for_lagging(lagging, limits, 11e-3, trials=4)
+    assert [(k.name, k.reserved) for k in kept] == [("classifier", 4), ("stem", 4)]
+    assert limits.cap("classifier") == 5 and limits.cap("stem") is None  # raised over the per-task cap; none stays none
+    # the other tasks ask first and often: they get only the 2 trials nobody kept
+    assert limits.take(8, "other") == 2 and limits.take(1, "another") == 0
+    assert limits.take(3, "classifier") == 3 and limits.take(3, "classifier") == 1  # its own 4, then nothing left
+    assert limits.take(5, "stem") == 4
+    assert limits.search_left == 0
+    line = describe_lagging([k.to_dict() for k in kept])
+    assert line.startswith("searched first") and "classifier (30 of its class's 150 GFLOPS, 52% of the model, 4 trials)" in line
+
+
+def test_a_task_whose_search_ends_gives_its_kept_trials_back() -> None:
+    limits = TaskLimits()
+    limits.set_search_budget(6)
+    assert limits.reserve("classifier", 4) == 4 and limits.reserve("stem", 4) == 2  # only what is left is kept
+    assert limits.take(6, "other") == 0
+    limits.release("classifier")
+    assert limits.reserved("classifier") == 0 and limits.take(6, "other") == 4
+    assert limits.take(6, "stem") == 2 and limits.search_left == 0
+
+
+def test_without_a_run_budget_nothing_is_kept() -> None:
+    limits = TaskLimits()
+    assert limits.reserve("classifier", 4) == 0 and limits.take(7, "other") == 7

@@ -48,11 +48,20 @@ def _slug(title: str) -> str:
 
 def render() -> str:
     """The text of docs/cli.md, from the parsers as they are now."""
-    os.environ["COLUMNS"] = str(WIDTH)  # argparse wraps at the terminal's width; fix it
-    sys.path.insert(0, str(REPO))
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
     from edgetune.cli import _build_parser
 
-    commands = list(_walk(_build_parser(), ("edgetune",), ""))
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(WIDTH)  # argparse wraps at the terminal's width; fix it, for this call only
+    try:
+        commands = [(words, helptext, parser.format_help().rstrip())
+                    for words, helptext, parser in _walk(_build_parser(), ("edgetune",), "")]
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     lines = [
         "# Command-line reference",
@@ -65,12 +74,12 @@ def render() -> str:
         title = " ".join(words)
         indent = "  " * (len(words) - 2)
         lines.append(f"{indent}* [`{title}`](#{_slug(title)})" + (f": {helptext}" if helptext else ""))
-    for words, helptext, parser in commands:
+    for words, helptext, usage in commands:
         title = " ".join(words)
         lines += ["", f"{'#' * min(len(words) + 1, 4)} {title}", ""]
         if helptext:
             lines += [helptext[0].upper() + helptext[1:] + ".", ""]
-        lines += ["```text", parser.format_help().rstrip(), "```"]
+        lines += ["```text", usage, "```"]
     return "\n".join(lines) + "\n"
 
 

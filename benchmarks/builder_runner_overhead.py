@@ -41,7 +41,7 @@ Usage::
 
     python benchmarks/builder_runner_overhead.py                    # 3 seeds
     python benchmarks/builder_runner_overhead.py --quick            # 1 seed smoke run
-    python benchmarks/builder_runner_overhead.py --write-results    # also update RESULTS.md
+    python benchmarks/builder_runner_overhead.py --write-results    # also update benchmarks/results/
 """
 
 from __future__ import annotations
@@ -65,10 +65,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-RESULTS_MD = HERE / "RESULTS.md"
 SECTION = "builder_runner_overhead"
-START_MARK = f"<!-- {SECTION}:start -->"
-END_MARK = f"<!-- {SECTION}:end -->"
 CONFIGS = ("stock", "edgetune")
 RESULT_PREFIX = "RESULT "
 PROGRESS_PREFIX = "PROGRESS "
@@ -605,18 +602,9 @@ def machine_info() -> dict[str, str]:
 
 
 def write_results(section_body: str) -> None:
-    block = f"{START_MARK}\n{section_body.rstrip()}\n{END_MARK}\n"
-    if RESULTS_MD.exists():
-        text = RESULTS_MD.read_text()
-        start, end = text.find(START_MARK), text.find(END_MARK)
-        if start != -1 and end != -1 and end > start:
-            rest = text[end + len(END_MARK):].lstrip("\n")
-            text = text[:start] + block + ("\n" + rest if rest else "")
-        else:
-            text = text.rstrip() + "\n\n" + block
-    else:
-        text = "# edgetune benchmark results\n\nEach benchmark in `benchmarks/` writes its own section below.\n\n" + block
-    RESULTS_MD.write_text(text)
+    from _results import write_section
+
+    write_section(section_body.rstrip(), SECTION)
 
 
 def main_parent(args: argparse.Namespace, argv: list[str]) -> int:
@@ -746,7 +734,6 @@ Interpretation:
     print(body, flush=True)
     if write:
         write_results(body)
-        print(f"wrote section '{SECTION}' of {RESULTS_MD}", flush=True)
     return 0 if not failures else 2
 
 
@@ -755,7 +742,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
     p.add_argument("--trials-per-task", type=int, default=16, help="trials per task (2 tasks; default 16)")
     p.add_argument("--quick", action="store_true", help="smoke run: only the first seed")
-    p.add_argument("--write-results", action="store_true", help=f"replace this benchmark's section of {RESULTS_MD.name}")
+    p.add_argument("--write-results", action="store_true", help="replace this benchmark's section of benchmarks/results/")
     p.add_argument("--number", type=int, default=5, help="timing: runs per repeat (default 5, as the host profile)")
     p.add_argument("--repeat", type=int, default=3, help="timing: repeats (default 3, as the host profile)")
     p.add_argument("--min-repeat-ms", type=int, default=20, help="timing: min ms per repeat (default 20, as the host profile)")

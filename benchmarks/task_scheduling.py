@@ -274,7 +274,7 @@ def report_text(runs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{statistics.median([r['final_model_ms'] for r in runs if r['scheduler'] == name]):.3f} ms, end to end median "
             f"{statistics.median([r['e2e_median_ms'] for r in runs if r['scheduler'] == name]):.3f} ms."
         )
-    lines += ["", "![model latency over time](task_scheduling.png)", ""]
+    lines += ["", "![model latency over time](../task_scheduling.png)", ""]
     lines.append("Trials per task (median over seeds):")
     lines.append("")
     names = runs[0]["task_names"]

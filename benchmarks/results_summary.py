@@ -1,0 +1,234 @@
+"""Generate benchmarks/RESULTS.md: a summary of the headline figures, then an index of benchmarks/results/.
+
+Every figure in the summary is computed from the measured rows (``benchmarks/*_rows.json``, written by
+``vs_onnxruntime.py --raw`` and kept beside this file); the date, host and reproducing command are read from the
+section of ``benchmarks/results/`` that reported those rows. Nothing in the summary is typed by hand: a headline
+whose rows do not exist yet says "not measured yet".
+
+    python benchmarks/results_summary.py           # rewrite benchmarks/RESULTS.md
+    python benchmarks/results_summary.py --check   # exit 1 when RESULTS.md is not what this generates now
+
+Run it after adding a rows file or a section (``tests/test_docs.py`` fails while RESULTS.md is stale). Which rows
+file stands for which headline, and which are newer, is the table ``HEADLINES`` below: a new run of a headline
+adds its rows file at the end of that headline's sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "RESULTS.md"
+TOPICS = HERE / "results"
+REGENERATE = "python benchmarks/results_summary.py"
+START, END = "<!-- generated:start -->", "<!-- generated:end -->"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One benchmark run: its rows file and the results section (marker name) that reported it."""
+
+    rows: str  # file name in benchmarks/
+    mark: str  # the section's marker in benchmarks/results/*.md
+
+
+@dataclass(frozen=True)
+class Headline:
+    name: str
+    goal: str
+    sources: tuple[Source, ...]  # oldest first: the summary reports the newest one holding rows at `per_task`
+    per_task: int | None = None  # trials per task the figure is read at (None: every row)
+    reproduce: str = ""  # only for a headline with no rows yet; otherwise read from the section
+
+
+def _lib(name: str) -> Source:
+    return Source(f"vs_onnxruntime_{name}_rows.json", f"vs_onnxruntime_{name}")
+
+
+_ZOO_GOAL = "geometric mean <= 0.9x ONNX Runtime's latency, no model above 1.1x (issue 27)"
+_ZOO_1 = tuple(_lib(n) for n in (
+    "library", "library_flush", "library_rebuilt", "library_shipped_seed1", "library_shipped_seeds23",
+    "library_more_models", "library_deepened", "library_64", "library_bert32", "library_resnet50",
+    "library_resnet18_128", "library_zoo128", "library_zoo128b", "efficientnet224", "concat_in_place"))
+_ZOO_2 = tuple(_lib(n) for n in ("library", "library_flush", "library_rebuilt"))
+_SCRATCH = tuple(_lib(n) for n in ("graph", "graph_bn_scratch", "ceiling", "retime", "ceiling_mobilenetv2"))
+_OUTSIDE_GOAL = "at most 32 trials per task: geometric mean <= 1.0x ONNX Runtime, none above 1.3x (issue 27)"
+_OUTSIDE = (_lib("not_in_zoo"), _lib("library_transfer_1pt"))
+
+HEADLINES: tuple[Headline, ...] = (
+    Headline("vs ONNX Runtime, tuned from scratch, 32 trials per task",
+             "at most 1.3x ONNX Runtime's latency (issue 26)", _SCRATCH, 32),
+    Headline("vs LiteRT, a .tflite model, 32 trials per task", "edgetune / LiteRT (issue 29; below 1: edgetune faster)",
+             (Source("vs_litert_rows.json", "vs_onnxruntime_litert"),), 32),
+    Headline("the zoo, schedule library, 2 trials per task", _ZOO_GOAL, _ZOO_2, 2),
+    Headline("the zoo, schedule library, 1 trial per task", _ZOO_GOAL, _ZOO_1, 1),
+    Headline("outside the zoo, 1 trial per task", _OUTSIDE_GOAL, _OUTSIDE, 1),
+    Headline("outside the zoo, 8 trials per task", _OUTSIDE_GOAL, _OUTSIDE, 8),
+    Headline("outside the zoo, 16 trials per task", _OUTSIDE_GOAL, _OUTSIDE, 16),
+    Headline("host time: reading the library and the history",
+             "host seconds a tune spends before and around its first batches (`benchmarks/host_cost.py`)",
+             (Source("host_cost_rows.json", "host_cost_history_reads"),),
+             reproduce="python benchmarks/host_cost.py --model demo:mobilenetv2@160 --db sqlite:///PATH/history.db"),
+)
+
+
+# --------------------------------------------------------------------------- reading
+
+def load_rows(source: Source, per_task: int | None) -> list[dict]:
+    """The rows of one run at ``per_task``, of its last configuration (side-by-side runs list the old one first)."""
+    path = HERE / source.rows
+    if not path.is_file():
+        return []
+    rows = [r for r in json.loads(path.read_text()) if "ratio" in r]
+    if per_task is not None:
+        rows = [r for r in rows if r.get("per_task") == per_task]
+    if not rows:
+        return []
+    last = _config(rows[-1])
+    return [r for r in rows if _config(r) == last]
+
+
+def _config(row: dict) -> tuple:
+    return tuple(str(row.get(k)) for k in ("variant", "schedules", "graph", "conv_layout", "cache_flush",
+                                           "prepack_weights"))
+
+
+def topic_sections() -> dict[str, tuple[Path, str]]:
+    """Every marked section of benchmarks/results/: marker -> (file, text)."""
+    found = {}
+    for path in sorted(TOPICS.glob("*.md")):
+        for match in re.finditer(r"<!-- (\w+):start -->\n(.*?)\n<!-- \1:end -->", path.read_text(), re.S):
+            found[match.group(1)] = (path, match.group(2))
+    return found
+
+
+def section_facts(text: str, rows: list[dict]) -> tuple[str, str, str]:
+    """Date, host and reproducing command as the section states them (the command from the rows when it does not)."""
+    date = re.search(r"^Date: (\d{4}-\d{2}-\d{2})", text, re.M) or re.search(r"\d{4}-\d{2}-\d{2}(?:/\d{2})?", text)
+    date_text = date.group(1) if date and date.groups() else (date.group(0) if date else "not stated")
+    host = re.search(r"Machine: ([^,.;]+)", text)
+    host_text = host.group(1).strip() if host else "not stated in the section"
+    command = re.search(r"(?:Reproduce|Command).*?`((?:python|benchmarks/|edgetune )[^`]*)`", text, re.S)
+    if command:
+        command_text = " ".join(command.group(1).split())
+    else:
+        command_text = _command_from_rows(rows)
+    return date_text, host_text, command_text
+
+
+def _command_from_rows(rows: list[dict]) -> str:
+    models = " ".join(dict.fromkeys(str(r["model"]).removeprefix("demo:") for r in rows))
+    per_task = " ".join(str(p) for p in sorted({r["per_task"] for r in rows}))
+    seeds = " ".join(str(s) for s in sorted({r["seed"] for r in rows}))
+    schedules = rows[-1].get("schedules", "auto")
+    return f"python benchmarks/vs_onnxruntime.py --models {models} --per-task {per_task} --seeds {seeds} " \
+           f"--schedules {schedules}"
+
+
+# --------------------------------------------------------------------------- figures
+
+def figure(rows: list[dict]) -> str:
+    """Geometric mean over models of each model's median ratio over seeds, and the worst model."""
+    latest: dict[tuple[str, int], float] = {}
+    for row in rows:  # a model timed again in the same run: its last row
+        latest[(row["model"], row["seed"])] = row["ratio"]
+    per_model: dict[str, list[float]] = {}
+    for (model, _), ratio in latest.items():
+        per_model.setdefault(model, []).append(ratio)
+    medians = {model: statistics.median(ratios) for model, ratios in per_model.items()}
+    geomean = math.exp(sum(math.log(r) for r in medians.values()) / len(medians))
+    worst = max(medians, key=medians.__getitem__)
+    if len(medians) == 1:
+        return f"**{geomean:.2f}x** ({worst})"
+    return f"**{geomean:.2f}x** geomean of {len(medians)} models; worst {medians[worst]:.2f}x ({worst})"
+
+
+def headline_row(headline: Headline, sections: dict[str, tuple[Path, str]]) -> str:
+    for source in reversed(headline.sources):
+        rows = load_rows(source, headline.per_task)
+        if rows:
+            break
+    else:
+        where = sections.get(headline.sources[-1].mark)
+        link = f" ([earlier, by hand]({where[0].relative_to(HERE).as_posix()}))" if where else ""
+        return (f"| {headline.name} | {headline.goal} | not measured yet: no `benchmarks/{headline.sources[-1].rows}`"
+                f"{link} | - | - | - | `{headline.reproduce}` |")
+    path, text = sections.get(source.mark, (None, ""))
+    date, host, command = section_facts(text, rows)
+    seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in rows}))
+    where = f"[{source.mark}]({path.relative_to(HERE).as_posix()})" if path else f"`{source.mark}`"
+    value = f"{figure(rows)}; rows `benchmarks/{source.rows}`, section {where}"
+    return f"| {headline.name} | {headline.goal} | {value} | {date} | {host} | {seeds} | `{command}` |"
+
+
+def summary() -> str:
+    sections = topic_sections()
+    lines = [
+        "## Summary",
+        "",
+        f"Generated by `{REGENERATE}` from the measured rows; do not edit by hand. A ratio is edgetune's latency over "
+        "the baseline's on the same CPU (below 1: edgetune faster); per model the median over seeds, then the "
+        "geometric mean over models. Each figure is the newest run of its headline.",
+        "",
+        "| headline | goal | latest measured | date | host | seeds | reproduce |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [headline_row(h, sections) for h in HEADLINES]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- index
+
+def index() -> str:
+    lines = ["## Topics", "",
+             "One file per topic in `benchmarks/results/`: its newest run first, older runs under History. Each "
+             "benchmark script (`--write-results`) rewrites its own marked section in place.", ""]
+    for path in sorted(TOPICS.glob("*.md")):
+        text = path.read_text()
+        title = text.splitlines()[0].removeprefix("# ")
+        history = text.split("\n## History\n", 1)
+        latest = re.findall(r"<!-- (\w+):start -->", history[0])
+        older = re.findall(r"<!-- (\w+):start -->", history[1]) if len(history) > 1 else []
+        lines.append(f"* [{title}](results/{path.name}): " + ", ".join(f"`{m}`" for m in latest)
+                     + (f"; history: {', '.join(f'`{m}`' for m in older)}" if older else ""))
+    return "\n".join(lines)
+
+
+def generated() -> str:
+    return f"{START}\n{summary()}\n\n{index()}\n{END}"
+
+
+def render(current: str) -> str:
+    """RESULTS.md with its generated part replaced (the whole file when it has none)."""
+    head = ("# edgetune benchmark results\n\nThe reproduce commands run from the checkout's root in the project's venv: "
+            "`make install && .venv/bin/pip install -e \".[bench]\" && . .venv/bin/activate`.\n\n")
+    if START in current and END in current:
+        before, rest = current.split(START, 1)
+        return before + generated() + rest.split(END, 1)[1]
+    return head + generated() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when RESULTS.md is stale, writing nothing")
+    args = parser.parse_args(argv)
+    current = RESULTS.read_text() if RESULTS.exists() else ""
+    wanted = render(current)
+    if args.check:
+        if wanted != current:
+            print(f"benchmarks/RESULTS.md is stale: run `{REGENERATE}`", file=sys.stderr)
+            return 1
+        return 0
+    RESULTS.write_text(wanted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -117,7 +117,7 @@ class RichProgress(ProgressSink):
             f"tuning wall clock {seconds.tuning_wall:.1f} s",
             highlight=False,
         )
-        for line in summary.graph_lines() + summary.library_lines() + summary.retimed_lines():
+        for line in summary.graph_lines() + summary.library_lines() + summary.retimed_lines() + summary.host_time_lines():
             console.print(line, highlight=False)
         for line in _savings_lines(summary):
             console.print(line, highlight=False)

@@ -156,6 +156,11 @@ def test_tune_baseline_times_each_runtime_alone_in_alternating_blocks(tmp_path, 
     summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=2))
     [result] = summary.end_to_end.baselines
     assert result["error"] is None and result["outputs_match"], result
+    # where the host's time went (issue 55): every trial measured, the components within the wall clock
+    host = summary.host_time
+    assert host["measured_trials"] >= summary.trials.measured_on_device >= 1
+    assert 0 < host["search"] + host["build"] + host["board"] <= summary.seconds.tuning_wall + 1e-6
+    assert summary.host_time_lines()[0].startswith("host time ")
     rounds = 15
     expected = []
     for index in range(rounds):

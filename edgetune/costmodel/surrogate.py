@@ -25,6 +25,7 @@ task and a random sample of the others, ``max_train_samples`` in all.
 from __future__ import annotations
 
 import pickle
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,17 +68,55 @@ def stack_rows(rows: list[np.ndarray]) -> np.ndarray:
 
 class CandidateFeatures:
     """One fixed-length feature row per candidate (MetaSchedule's per-store
-    features, aggregated); the extractor is created on first use."""
+    features, aggregated); the extractor is created on first use.
 
-    def __init__(self) -> None:
+    Rows are computed once per program: the evolutionary search scores its
+    elites again every iteration and every round, and the measured candidates
+    are featured again for the update. A row is kept by the program's
+    structural hash and the target (the features depend on both), up to
+    ``max_rows`` rows; ``hits``, ``misses`` and ``seconds`` (spent extracting)
+    say what the cache saved.
+    """
+
+    def __init__(self, max_rows: int = 100_000) -> None:
         self._extractor: Any = None
+        self.max_rows = max_rows
+        self._rows: dict[tuple[str, int], np.ndarray] = {}
+        self._targets: dict[int, str] = {}  # id(context) -> its target, as a key
+        self.hits = 0
+        self.misses = 0
+        self.seconds = 0.0
 
     def __call__(self, context: Any, candidates: list[Any]) -> np.ndarray:
-        if self._extractor is None:
-            from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+        import time
 
-            self._extractor = PerStoreFeature()
-        return stack_rows([aggregate_features(x.numpy()) for x in self._extractor.extract_from(context, candidates)])
+        import tvm_ffi
+
+        started = time.perf_counter()
+        target = self._targets.get(id(context))
+        if target is None:
+            target = self._targets[id(context)] = str(context.target)
+        keys = [(target, int(tvm_ffi.structural_hash(c.sch.mod))) for c in candidates]
+        missing = [i for i, key in enumerate(keys) if key not in self._rows]
+        if len(self._rows) + len(missing) > self.max_rows:  # full (or no cache): start over, this batch computed whole
+            self._rows.clear()
+            missing = list(range(len(candidates)))
+        if missing:
+            if self._extractor is None:
+                from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+                self._extractor = PerStoreFeature()
+            extracted = self._extractor.extract_from(context, [candidates[i] for i in missing])
+            for i, features in zip(missing, extracted):
+                self._rows[keys[i]] = aggregate_features(features.numpy())
+        self.misses += len(missing)
+        self.hits += len(candidates) - len(missing)
+        rows = stack_rows([self._rows[key] for key in keys])
+        self.seconds += time.perf_counter() - started
+        return rows
+
+    def stats(self) -> dict[str, Any]:
+        return {"hits": self.hits, "misses": self.misses, "seconds": round(self.seconds, 3)}
 
 
 @dataclass
@@ -113,6 +152,8 @@ class RandomForestModel(PyCostModel):
         sample of them if they alone are more) and a random sample of the others.
     seed:
         Random state of the forest, of warm-up scores and of the training sample.
+    feature_cache_rows:
+        Feature rows kept by program (:class:`CandidateFeatures`); 0 computes every row again.
     """
 
     def __init__(
@@ -124,6 +165,7 @@ class RandomForestModel(PyCostModel):
         score: str = "ei",
         max_train_samples: int = 1024,
         seed: int = 0,
+        feature_cache_rows: int = 100_000,
     ) -> None:
         super().__init__()
         if n_estimators < 2:
@@ -146,7 +188,8 @@ class RandomForestModel(PyCostModel):
         # (task the forest was fitted for, or None when on every record; records it had then)
         self._fitted_for: tuple[str | None, int] | None = None
         self.rng_ = np.random.default_rng(seed)
-        self._features = CandidateFeatures()
+        self._features = CandidateFeatures(max_rows=feature_cache_rows)  # 0: every row computed again (benchmarks)
+        self.seconds_ = {"predict": 0.0, "update": 0.0}  # host time in MetaSchedule's calls, features included
 
     @staticmethod
     def _group_key(context: Any) -> str:
@@ -164,7 +207,19 @@ class RandomForestModel(PyCostModel):
         with open(path, "wb") as handle:
             pickle.dump((self.groups_, self.forest_), handle)
 
+    @property
+    def features(self) -> CandidateFeatures:
+        """The feature rows this model reads (cached per program; its stats say what that saved)."""
+        return self._features
+
     def update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
+        started = time.perf_counter()
+        try:
+            self._update(context, candidates, results)
+        finally:
+            self.seconds_["update"] += time.perf_counter() - started
+
+    def _update(self, context: Any, candidates: list[Any], results: list[Any]) -> None:
         if not candidates:
             return
         costs = []
@@ -174,6 +229,13 @@ class RandomForestModel(PyCostModel):
         self.add_measured(self._group_key(context), self._features(context, candidates), costs)
 
     def predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return self._predict(context, candidates)
+        finally:
+            self.seconds_["predict"] += time.perf_counter() - started
+
+    def _predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
         mu, sigma = self.predict_mean_std(context, candidates)
         if mu is None:
             return self.rng_.uniform(size=len(candidates)).astype("float64")

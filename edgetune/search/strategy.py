@@ -41,6 +41,7 @@ is in :attr:`SearchReport.suggested`.
 from __future__ import annotations
 
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -103,6 +104,12 @@ class SearchReport:
         self.tasks: dict[str, TaskSearchReport] = {}
         #: per task name, the settings applied with ``suggested`` (see :meth:`AdaptiveSearch.pre_tuning`)
         self.suggested: dict[str, dict[str, Any]] = {}
+        #: host seconds spent making batches (the evolutionary search and the cost model's predictions in it)
+        self.seconds = 0.0
+
+    def add_seconds(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
 
     def task(self, name: str) -> TaskSearchReport:
         with self._lock:
@@ -471,7 +478,11 @@ class AdaptiveSearch(PySearchStrategy):
         self.inner.post_tuning()
 
     def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
-        batch = self._next_batch()
+        started = time.perf_counter()
+        try:
+            batch = self._next_batch()
+        finally:
+            self.report.add_seconds(time.perf_counter() - started)
         if batch is None:  # the task's search ends: what the run kept for it goes back to the others
             self.limits.release(str(self.context.task_name))
         return batch

@@ -16,6 +16,8 @@ the builder and runner are made, :meth:`~TuningPipeline.tune`,
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import math
 import os
@@ -69,7 +71,7 @@ from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
 from .settings import check_combined_settings, measurement_summary, suggested_settings, with_applied
 from ..common.interrupts import StopRequested, StopSignal, stop_on_signals
-from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TrialCounts, TuneSummary, append_session
+from .summary import BoardInfo, ModelInfo, SearchInfo, Seconds, TrialCounts, TuneSummary, append_session, host_time
 
 #: MetaSchedule's own task schedulers: they cannot be told to await each batch's measurements
 
@@ -953,6 +955,11 @@ class TuningPipeline:
             curve=[point.to_dict() for point in progress.curve],
             graph=_graph_info(session.model, plan.inventory),
             schedules=library.to_dict() if library is not None else None,
+            host_time=dataclasses.asdict(host_time(
+                outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds,
+                runner_stats.device_seconds + runner_stats.upload_seconds + runner_stats.session_seconds,
+                runner_stats.measured,
+            )),
         )
 
 

@@ -66,6 +66,65 @@ class Seconds:
 
 
 @dataclass
+class HostTime:
+    """Where the tuning wall clock went on the host, besides the board (seconds; ``benchmarks/host_time.py``).
+
+    ``search``: making batches, less the cost model's predictions in it; ``features``: the cost model's feature
+    rows (``feature_hits`` of ``feature_hits + feature_misses`` rows served by the cache); ``cost_model``: its
+    fits and predictions less features (None for a cost model that does not keep time); ``build``: candidates
+    built; ``board``: timing, upload and RPC sessions; ``other``: the rest of the wall clock (the task
+    scheduler, callbacks, the history, default and library schedules' overhead), never below 0.
+    """
+
+    search: float
+    features: float | None
+    cost_model: float | None
+    build: float
+    board: float
+    other: float
+    measured_trials: int
+    feature_hits: int = 0
+    feature_misses: int = 0
+
+    @property
+    def host_seconds(self) -> float:
+        return self.search + (self.features or 0.0) + (self.cost_model or 0.0) + self.build + self.other
+
+    @property
+    def per_trial(self) -> float | None:
+        """Host seconds per measured trial (the issue's figure: wall clock less board time, per trial)."""
+        return self.host_seconds / self.measured_trials if self.measured_trials else None
+
+    def line(self) -> str:
+        if not self.per_trial:
+            return "host time: no trial measured"
+        parts = [("search", self.search), ("features", self.features), ("cost model", self.cost_model),
+                 ("build", self.build), ("other", self.other)]
+        shown = ", ".join(f"{name} {value / self.measured_trials:.3f}" for name, value in parts if value is not None)
+        return (f"host time {self.per_trial:.3f} s per measured trial ({shown}); board {self.board / self.measured_trials:.3f} s"
+                + (f"; feature rows {self.feature_hits} of {self.feature_hits + self.feature_misses} from the cache"
+                   if self.feature_hits + self.feature_misses else ""))
+
+
+def host_time(wall: float, search: float, cost_model: Any, build: float, board: float, measured: int) -> HostTime:
+    """The host's share of ``wall`` by component; ``cost_model`` is read for the times it keeps (the random forest)."""
+    seconds = getattr(cost_model, "seconds_", None)
+    features = getattr(cost_model, "features", None)
+    feature_sec = features.seconds if features is not None else None
+    model_sec = None
+    if seconds is not None:
+        model_sec = max(0.0, seconds["predict"] + seconds["update"] - (feature_sec or 0.0))
+        search = max(0.0, search - seconds["predict"])  # predictions are made inside the search
+    used = search + (feature_sec or 0.0) + (model_sec or 0.0) + build + board
+    return HostTime(
+        search=search, features=feature_sec, cost_model=model_sec, build=build, board=board,
+        other=max(0.0, wall - used), measured_trials=measured,
+        feature_hits=features.hits if features is not None else 0,
+        feature_misses=features.misses if features is not None else 0,
+    )
+
+
+@dataclass
 class SearchInfo:
     strategy: str
     population_size: int | None
@@ -164,6 +223,14 @@ class TuneSummary:
     graph: dict[str, Any] | None = None
     # the schedule library this run started from (schedules.use.LibraryChoice.to_dict); None for older summaries
     schedules: dict[str, Any] | None = None
+    # where the host's time went (HostTime as a dict); None for older summaries
+    host_time: dict[str, Any] | None = None
+
+    def host_time_lines(self) -> list[str]:
+        """Host seconds per measured trial by component (empty for older summaries)."""
+        if not self.host_time:
+            return []
+        return [HostTime(**self.host_time).line()]
 
     def graph_lines(self) -> list[str]:
         """How the graph was prepared and what kernels it left, one line each (empty for older summaries)."""

@@ -1,0 +1,114 @@
+"""Models as users export them: torchvision definitions through PyTorch's exporters (random weights, no downloads).
+
+The benchmarks measure the product on the files a user holds, not only on
+edgetune's in-code lookalikes (``demo:NAME``). Three exporters, as a PyTorch
+user has them:
+
+* ``onnx-torchscript``: ``torch.onnx.export(..., dynamo=False)``, the
+  TorchScript-based exporter most deployment scripts still call;
+* ``onnx-dynamo``: ``torch.onnx.export(..., dynamo=True)``, the default since
+  PyTorch 2.9 (needs ``onnxscript``);
+* ``pt2``: ``torch.export.export`` + ``torch.export.save``.
+
+torchvision's wheel carries compiled operators (``torchvision::nms``...) that
+do not load against the CPU-only torch the project pins; the model
+definitions do not need them, so :func:`torchvision_module` imports the
+definitions without the package's operator registration. Needs
+``pip install torchvision`` (0.28 pairs with torch 2.13).
+
+Usage::
+
+  python benchmarks/real_exports.py squeezenet1_1 --res 224 --exporter onnx-torchscript --out edgetune-out/exports
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+EXPORTERS = ("onnx-torchscript", "onnx-dynamo", "pt2")
+#: torchvision builder name -> the module that defines it
+MODULES = {
+    "squeezenet1_0": "squeezenet", "squeezenet1_1": "squeezenet",
+    "mobilenet_v2": "mobilenetv2", "mobilenet_v3_small": "mobilenetv3", "mobilenet_v3_large": "mobilenetv3",
+    "resnet18": "resnet", "resnet34": "resnet", "resnet50": "resnet", "resnext50_32x4d": "resnet",
+    "wide_resnet50_2": "resnet",
+    "regnet_x_400mf": "regnet", "regnet_y_400mf": "regnet", "regnet_x_800mf": "regnet",
+    "shufflenet_v2_x0_5": "shufflenetv2", "shufflenet_v2_x1_0": "shufflenetv2",
+    "mnasnet0_5": "mnasnet", "mnasnet1_0": "mnasnet",
+    "efficientnet_b0": "efficientnet", "efficientnet_b1": "efficientnet",
+    "googlenet": "googlenet", "densenet121": "densenet",
+}
+
+
+def torchvision_module(name: str) -> Any:
+    """``torchvision.models.NAME`` imported without torchvision's compiled operators (see the module docstring)."""
+    if "torchvision.models" in sys.modules:
+        return importlib.import_module(f"torchvision.models.{name}")
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None:
+        raise SystemExit("real_exports: torchvision is not installed (pip install 'torchvision==0.28.*')")
+    root = os.path.dirname(spec.origin)
+    for package, path in (("torchvision", root), ("torchvision.models", os.path.join(root, "models"))):
+        if package not in sys.modules:
+            stub = types.ModuleType(package)
+            stub.__path__ = [path]
+            sys.modules[package] = stub
+    return importlib.import_module(f"torchvision.models.{name}")
+
+
+def torchvision_model(arch: str, seed: int = 0) -> Any:
+    """torchvision's ``arch`` in eval mode with random weights (seeded)."""
+    import torch
+
+    if arch not in MODULES:
+        raise SystemExit(f"real_exports: arch must be one of {', '.join(sorted(MODULES))}, got {arch!r} instead")
+    torch.manual_seed(seed)
+    builder = getattr(torchvision_module(MODULES[arch]), arch)
+    kwargs = {"aux_logits": False, "init_weights": True} if arch == "googlenet" else {}
+    return builder(weights=None, **kwargs).eval()
+
+
+def export(arch: str, res: int, exporter: str, out_dir: Path, seed: int = 0) -> Path:
+    """``arch`` at ``res`` x ``res`` written by ``exporter`` into ``out_dir`` (kept if already there)."""
+    import torch
+
+    if exporter not in EXPORTERS:
+        raise SystemExit(f"real_exports: exporter must be one of {', '.join(EXPORTERS)}, got {exporter!r} instead")
+    suffix = ".pt2" if exporter == "pt2" else ".onnx"
+    path = Path(out_dir) / f"{arch}-{res}-{exporter}{suffix}"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = torchvision_model(arch, seed)
+    example = (torch.randn(1, 3, res, res),)
+    if exporter == "pt2":
+        torch.export.save(torch.export.export(model, example), str(path))
+    else:
+        torch.onnx.export(model, example, str(path), dynamo=exporter == "onnx-dynamo", opset_version=17,
+                          input_names=["input"], output_names=["logits"])
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("arch", nargs="+", choices=sorted(MODULES))
+    parser.add_argument("--res", type=int, default=224)
+    parser.add_argument("--exporter", choices=EXPORTERS, default="onnx-torchscript")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("edgetune-out/exports"))
+    args = parser.parse_args()
+    for arch in args.arch:
+        path = export(arch, args.res, args.exporter, args.out, args.seed)
+        print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -50,13 +50,10 @@ def test_the_random_forest_keeps_its_time_and_reads_cached_rows() -> None:
 
 
 def test_host_time_splits_the_wall_clock_and_never_goes_negative() -> None:
-    class Model:  # the random forest's counters, as a tune leaves them
-        seconds_ = {"predict": 3.0, "update": 1.0}
-
-        class features:  # noqa: N801 - stands for the model's CandidateFeatures
-            seconds, hits, misses = 1.5, 90, 10
-
-    split = host_time(wall=20.0, search=8.0, cost_model=Model(), build=4.0, board=2.0, measured=10)
+    model = RandomForestModel()  # its counters, as a tune leaves them
+    model.seconds_ = {"predict": 3.0, "update": 1.0}
+    model.features.seconds, model.features.hits, model.features.misses = 1.5, 90, 10
+    split = host_time(wall=20.0, search=8.0, cost_model=model, build=4.0, board=2.0, measured=10)
     assert (split.search, split.features, split.cost_model, split.build, split.board) == (5.0, 1.5, 2.5, 4.0, 2.0)
     assert split.other == 5.0 and split.host_seconds == 18.0 and split.per_trial == 1.8
     assert split.line().startswith("host time 1.800 s per measured trial (search 0.500, features 0.150")

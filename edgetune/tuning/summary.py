@@ -108,8 +108,11 @@ class HostTime:
 
 def host_time(wall: float, search: float, cost_model: Any, build: float, board: float, measured: int) -> HostTime:
     """The host's share of ``wall`` by component; ``cost_model`` is read for the times it keeps (the random forest)."""
-    seconds = getattr(cost_model, "seconds_", None)
-    features = getattr(cost_model, "features", None)
+    from ..costmodel.surrogate import RandomForestModel
+
+    keeps_time = isinstance(cost_model, RandomForestModel)
+    seconds = cost_model.seconds_ if keeps_time else None
+    features = cost_model.features if keeps_time else None
     feature_sec = features.seconds if features is not None else None
     model_sec = None
     if seconds is not None:

@@ -67,6 +67,7 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
     """
     layouts = [f"NCHW{block}c", f"OIHW{block}i{block}o"]
     total = _count(mod, lambda call: True)
+    mod, nhwc = channels_first(mod, target)
     depthwise = _count(mod, _is_depthwise)
     mod, clips = clips_as_ops(mod)
     with target:
@@ -95,7 +96,34 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
         detail += f", {half} with {block // 2}-channel blocks where {block} do not divide"
     if clips:
         detail += f", {clips} clip bounds as ops"
+    if nhwc:
+        detail += f", {nhwc} from NHWC"
     return rest, detail
+
+
+def channels_first(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, int]:
+    """``mod``'s NHWC convolutions (a TensorFlow Lite model's) in NCHW/OIHW, and how many there were.
+
+    The blocked layout starts from NCHW: Relax's ``ConvertLayout`` turns each convolution and the ops
+    between them, so a transpose is left only where the graph enters and leaves them, and the weights'
+    transposes fold away. The steps after it then treat the model as an ONNX one: its depthwise
+    convolutions, stem and activations blocked, and its workloads the schedule library's.
+    """
+    nhwc = _count(mod, lambda call: call.attrs.data_layout == "NHWC")
+    if not nhwc:
+        return mod, 0
+    widened = _ChannelVectorsAsTensors(mod)
+    out = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            out[gvar] = widened.visit_expr(func)
+    mod = out
+    with target:
+        converted = tvm.transform.Sequential(
+            [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"]}), relax.transform.Normalize(),
+             relax.transform.FoldConstant()]
+        )(mod)
+    return converted, nhwc
 
 
 @dataclass(frozen=True)
@@ -154,6 +182,35 @@ def unblocked_convolutions(mod: tvm.IRModule, block: int) -> list[UnblockedConv]
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return found
+
+
+@relax.expr_functor.mutator
+class _ChannelVectorsAsTensors(relax.PyExprMutator):
+    """A bias of shape ``(C,)`` added to an NHWC tensor as a ``(1, 1, 1, C)`` constant; a clip as maximum/minimum.
+
+    TensorFlow Lite's biases broadcast along the last axis; ``ConvertLayout``
+    cannot move a rank-1 operand to NCHW and transposes the tensor back to NHWC
+    instead. Of rank 4, the constant is transposed with the tensor and folds.
+    """
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if _is_op(call, "relax.clip") and _shape(call.args[0]) is not None and len(_shape(call.args[0])) == 4:
+            # ConvertLayout cannot move relax.clip: as maximum/minimum with scalars it moves, and stays blocked
+            dtype = call.args[0].ty.dtype
+            low, high = (float(getattr(bound.value, "value", bound.value)) for bound in call.args[1:3])
+            return relax.op.minimum(relax.op.maximum(call.args[0], relax.const(low, dtype)), relax.const(high, dtype))
+        if not _is_op(call, _BINARY) or len(call.args) != 2:
+            return call
+        args = list(call.args)
+        for index in (0, 1):
+            constant, other = args[index], _shape(args[1 - index])
+            if (isinstance(constant, tvm.ir.expr.Constant) and other is not None and len(other) == 4
+                    and len(constant.value.shape) == 1 and constant.value.shape[0] == other[3] > 1):
+                value = constant.value.numpy()
+                args[index] = relax.const(value.reshape(1, 1, 1, -1), constant.value.dtype)
+                return relax.Call(call.op, args, call.attrs)
+        return call
 
 
 def lower_blocked(mod: tvm.IRModule, target: Any) -> tvm.IRModule:

@@ -216,3 +216,92 @@ def write_model(path: Path, *, unsupported: bool = False, seed: int = 0) -> Path
         g.op(Op.CUSTOM, [logits], [output], custom="EdgetuneNoSuchOp")
     path.write_bytes(g.finish([x], [output]))
     return path
+
+
+def _empty_options(table: str) -> Callable[[Any], int]:
+    """An option table with every field at its default (e.g. ``RangeOptions``)."""
+
+    def write(b: Any) -> int:
+        getattr(_schema(table), f"{table}Start")(b)
+        return getattr(_schema(table), f"{table}End")(b)
+
+    return write
+
+
+def write_computed_shape_model(path: Path, *, unknown_op: bool = False, seed: int = 0) -> Path:
+    """Shapes and axes computed at run time, as TensorFlow's converter writes a Keras ``Reshape`` (issue 53).
+
+    Input ``input`` (1, 4, 4, 8) is flattened by a RESHAPE whose new shape is
+    SHAPE -> STRIDED_SLICE (the batch, shrunk to a scalar) -> PACK with -1, and
+    averaged by a MEAN whose axes come from RANGE(1, 3); both are concatenated and
+    fed to a dense layer, output (1, 10). ``unknown_op`` appends a
+    DYNAMIC_UPDATE_SLICE, a builtin LiteRT runs and TVM 0.27's frontend lacks.
+    """
+    from tflite.BuiltinOperator import BuiltinOperator as Op
+    from tflite.BuiltinOptions import BuiltinOptions as Options
+    from tflite.TensorType import TensorType
+
+    rng = np.random.default_rng(seed)
+    g = _Graph()
+    x = g.tensor("input", (1, 4, 4, 8))
+    shape = g.tensor("shape", (4,), TensorType.INT32)
+
+    def shape_options(b: Any) -> int:
+        _schema("ShapeOptions").ShapeOptionsStart(b)
+        _schema("ShapeOptions").ShapeOptionsAddOutType(b, TensorType.INT32)
+        return _schema("ShapeOptions").ShapeOptionsEnd(b)
+
+    g.op(Op.SHAPE, [x], [shape], Options.ShapeOptions, shape_options)
+    begin, end, strides = (g.const(f"batch/{n}", np.array([v], dtype=np.int32)) for n, v in (("begin", 0), ("end", 1), ("strides", 1)))
+    batch = g.tensor("batch", (), TensorType.INT32)
+
+    def slice_options(b: Any) -> int:
+        _schema("StridedSliceOptions").StridedSliceOptionsStart(b)
+        _schema("StridedSliceOptions").StridedSliceOptionsAddShrinkAxisMask(b, 1)
+        return _schema("StridedSliceOptions").StridedSliceOptionsEnd(b)
+
+    g.op(Op.STRIDED_SLICE, [shape, begin, end, strides], [batch], Options.StridedSliceOptions, slice_options)
+    minus_one = g.const("flat/minus_one", np.array(-1, dtype=np.int32))
+    new_shape = g.tensor("flat/shape", (2,), TensorType.INT32)
+
+    def pack_options(b: Any) -> int:
+        _schema("PackOptions").PackOptionsStart(b)
+        _schema("PackOptions").PackOptionsAddValuesCount(b, 2)
+        _schema("PackOptions").PackOptionsAddAxis(b, 0)
+        return _schema("PackOptions").PackOptionsEnd(b)
+
+    g.op(Op.PACK, [batch, minus_one], [new_shape], Options.PackOptions, pack_options)
+    flat = g.tensor("flat", (1, 128))
+    g.op(Op.RESHAPE, [x, new_shape], [flat])
+    start, limit, delta = (g.const(f"axes/{n}", np.array(v, dtype=np.int32)) for n, v in (("start", 1), ("limit", 3), ("delta", 1)))
+    axes = g.tensor("axes", (2,), TensorType.INT32)
+    g.op(Op.RANGE, [start, limit, delta], [axes], Options.RangeOptions, _empty_options("RangeOptions"))
+    pooled = g.tensor("pooled", (1, 8))
+
+    def mean_options(b: Any) -> int:
+        _schema("ReducerOptions").ReducerOptionsStart(b)
+        _schema("ReducerOptions").ReducerOptionsAddKeepDims(b, False)
+        return _schema("ReducerOptions").ReducerOptionsEnd(b)
+
+    g.op(Op.MEAN, [x, axes], [pooled], Options.ReducerOptions, mean_options)
+    joined = g.tensor("joined", (1, 136))
+
+    def concat_options(b: Any) -> int:
+        _schema("ConcatenationOptions").ConcatenationOptionsStart(b)
+        _schema("ConcatenationOptions").ConcatenationOptionsAddAxis(b, 1)
+        return _schema("ConcatenationOptions").ConcatenationOptionsEnd(b)
+
+    g.op(Op.CONCATENATION, [flat, pooled], [joined], Options.ConcatenationOptions, concat_options)
+    fc_w = g.const("dense/weights", rng.normal(0, 0.3, (10, 136)).astype(np.float32))
+    fc_b = g.const("dense/bias", rng.normal(0, 0.1, (10,)).astype(np.float32))
+    logits = g.tensor("logits", (1, 10))
+    g.op(Op.FULLY_CONNECTED, [joined, fc_w, fc_b], [logits], Options.FullyConnectedOptions,
+         _empty_options("FullyConnectedOptions"))
+    output = logits
+    if unknown_op:
+        update = g.const("update/values", np.ones((1, 2), dtype=np.float32))
+        where = g.const("update/start", np.array([0, 3], dtype=np.int32))
+        output = g.tensor("updated", (1, 10))
+        g.op(Op.DYNAMIC_UPDATE_SLICE, [logits, update, where], [output])
+    path.write_bytes(g.finish([x], [output]))
+    return path

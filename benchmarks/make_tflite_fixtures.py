@@ -1,0 +1,164 @@
+"""Write the small Keras-application ``.tflite`` files the tests import (tests/data/tflite/), random weights.
+
+TensorFlow 2.21's converter writes, from Keras applications, operator patterns
+TVM's Relax TFLite frontend does not take as they are: a ``RESHAPE`` whose new
+shape is computed at run time (``SHAPE`` -> ``STRIDED_SLICE`` -> ``PACK``), for
+one (issue 53). These files are what the converter writes for each family, made
+small enough to keep in the repository (each under 200 KB) and to build in
+seconds. Run once, with TensorFlow in its own venv (its pins conflict with TVM's)::
+
+  python -m venv /tmp/tfenv && /tmp/tfenv/bin/pip install tensorflow-cpu==2.21.0
+  /tmp/tfenv/bin/python benchmarks/make_tflite_fixtures.py tests/data/tflite
+
+Every model: ``weights=None`` (random weights, seeded, no downloads), 10 classes,
+``classifier_activation=None`` (so outputs are not a near-uniform softmax), a
+32x32x3 input (64x64 where said), converted with ``TFLiteConverter.from_keras_model``
+and no other options, as a user converts. How each differs from the real model:
+
+- ``mobilenet``: ``MobileNet(alpha=0.1)`` (the real one is alpha 1.0; same layers, narrower).
+- ``mobilenet_v2``: ``MobileNetV2(alpha=0.1)``.
+- ``mobilenet_v3_small`` / ``mobilenet_v3_large``: ``MobileNetV3Small/Large(alpha=0.1)``.
+- ``efficientnet_b0``: Keras' ``EfficientNet`` builder with B0's depth (1.0), dropout and block list, but
+  ``width_coefficient=0.1`` and ``depth_divisor=2`` (B0: 1.0 and 8), so every layer has about a tenth of the filters.
+- ``resnet50`` / ``densenet121``: ``ResNet50`` / ``DenseNet121`` as Keras builds them, with every ``Conv2D``'s
+  filter count divided by 32 / 16 (at least 1) while the model is built (``_narrow_convolutions``): same
+  layers, blocks, and operators, narrower. DenseNet's transition layers size themselves from the
+  (already narrowed) input, so they are divided twice.
+- ``nasnet_mobile``: Keras' ``NASNet`` builder with NASNetMobile's arguments (4 blocks, no skip
+  reduction) but ``penultimate_filters=96`` and ``stem_block_filters=4`` (NASNetMobile: 1056 and 32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+CLASSES = 10
+RES = 32
+
+
+@contextlib.contextmanager
+def _narrow_convolutions(divisor: int, at_least: int = 1) -> Iterator[None]:
+    """While building, each ``Conv2D`` asked for ``at_least`` filters or more gets ``filters // divisor`` (at least 1)."""
+    from keras.src import layers
+
+    original = layers.Conv2D
+
+    class NarrowConv2D(original):  # type: ignore[misc, valid-type]
+        def __init__(self, filters: int, *args: Any, **kwargs: Any) -> None:
+            super().__init__(max(1, filters // divisor) if filters >= at_least else filters, *args, **kwargs)
+
+    layers.Conv2D = NarrowConv2D
+    try:
+        yield
+    finally:
+        layers.Conv2D = original
+
+
+@contextlib.contextmanager
+def _round_channels_to(module: Any, function: str, divisor: int) -> Iterator[None]:
+    """While building, ``module.function`` (MobileNet's channel rounding) rounds to ``divisor``, not 8."""
+    original = getattr(module, function)
+
+    def rounded(v: float, _divisor: int = 8, min_value: int | None = None) -> int:
+        return original(v, divisor, min_value)
+
+    setattr(module, function, rounded)
+    try:
+        yield
+    finally:
+        setattr(module, function, original)
+
+
+def _common(res: int = RES) -> dict[str, Any]:
+    return {"weights": None, "input_shape": (res, res, 3), "classes": CLASSES, "classifier_activation": None}
+
+
+def _mobilenet() -> Any:
+    import keras
+
+    return keras.applications.MobileNet(alpha=0.1, **_common())
+
+
+def _mobilenet_v2() -> Any:
+    import keras
+    from keras.src.applications import mobilenet_v2
+
+    with _round_channels_to(mobilenet_v2, "_make_divisible", 2), _narrow_convolutions(32, at_least=1024):
+        return keras.applications.MobileNetV2(alpha=0.1, **_common())
+
+
+def _mobilenet_v3(large: bool) -> Any:
+    import keras
+    from keras.src.applications import mobilenet_v3
+
+    with _round_channels_to(mobilenet_v3, "_depth", 2), _narrow_convolutions(32, at_least=1024):
+        if large:
+            return keras.applications.MobileNetV3Large(alpha=0.05, **_common())
+        return keras.applications.MobileNetV3Small(alpha=0.1, **_common())
+
+
+def _efficientnet_b0() -> Any:
+    from keras.src.applications.efficientnet import EfficientNet
+
+    return EfficientNet(0.05, 1.0, 224, dropout_rate=0.2, depth_divisor=2, name="efficientnetb0", **_common())
+
+
+def _resnet50() -> Any:
+    import keras
+
+    with _narrow_convolutions(32):
+        return keras.applications.ResNet50(**_common())
+
+
+def _densenet121() -> Any:
+    import keras
+
+    with _narrow_convolutions(16):
+        return keras.applications.DenseNet121(**_common(64))
+
+
+def _nasnet_mobile() -> Any:
+    from keras.src.applications.nasnet import NASNet
+
+    return NASNet(penultimate_filters=96, num_blocks=1, stem_block_filters=4, skip_reduction=False,
+                  default_size=224, name="nasnet_mobile", **_common())
+
+
+FIXTURES: dict[str, Callable[[], Any]] = {
+    "mobilenet": _mobilenet,
+    "mobilenet_v2": _mobilenet_v2,
+    "mobilenet_v3_small": lambda: _mobilenet_v3(large=False),
+    "mobilenet_v3_large": lambda: _mobilenet_v3(large=True),
+    "efficientnet_b0": _efficientnet_b0,
+    "resnet50": _resnet50,
+    "densenet121": _densenet121,
+    "nasnet_mobile": _nasnet_mobile,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="directory to write NAME.tflite into")
+    parser.add_argument("--only", nargs="*", choices=sorted(FIXTURES), help="these fixtures only")
+    args = parser.parse_args()
+    import tensorflow as tf
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.only or FIXTURES:
+        tf.keras.utils.set_random_seed(0)
+        network = FIXTURES[name]()
+        with contextlib.redirect_stdout(io.StringIO()):  # the converter prints every captured variable
+            data = tf.lite.TFLiteConverter.from_keras_model(network).convert()
+        path = args.out / f"{name}.tflite"
+        path.write_bytes(data)
+        print(f"{path}: {len(data) / 1e3:.0f} KB, {network.count_params()} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

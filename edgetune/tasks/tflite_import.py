@@ -17,6 +17,9 @@ static. What is not: anything computed from tensor *values* (a shape that
 depends on the data), float arithmetic (TVM's ``FoldConstant`` does that later),
 ``STRIDED_SLICE`` with ellipsis or new-axis masks, and integer results above
 :data:`MAX_FOLDED_ELEMENTS` elements; those reach the frontend unchanged.
+
+The converter also replaces one frontend conversion that fails on every model:
+``EXPAND_DIMS`` (:meth:`StaticShapeConverter.convert_expand_dims`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import importlib
 from typing import Any, Callable
 
 import numpy as np
+from tvm import relax
 from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter, TensorWrapper
 
 #: larger integer results are left to the frontend: shape arithmetic is a few elements
@@ -199,6 +203,11 @@ class StaticShapeConverter(OperatorConverter):
                 self._folded_exprs[input_tensor_idx] = self.get_tensor_expr(wrapper)
             return self._folded_exprs[input_tensor_idx]
         return super().get_expr(input_tensor_idx)
+
+    def convert_expand_dims(self, op: Any) -> Any:
+        """TVM 0.27's own passes ``relax.op.expand_dims`` a third argument it does not take: every EXPAND_DIMS failed."""
+        data, axis = self.get_input_tensors(op)
+        return relax.op.expand_dims(self.get_tensor_expr(data), int(np.asarray(self.get_tensor_value(axis)).reshape(-1)[0]))
 
     def _fold_or_convert(self, name: str, convert: Callable[..., Any], op: Any) -> Any:
         """Fold ``op`` when it can be (None: the frontend then emits nothing for it), else convert it as TVM does."""

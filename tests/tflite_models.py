@@ -305,3 +305,78 @@ def write_computed_shape_model(path: Path, *, unknown_op: bool = False, seed: in
         g.op(Op.DYNAMIC_UPDATE_SLICE, [logits, update, where], [output])
     path.write_bytes(g.finish([x], [output]))
     return path
+
+
+def _options_writer(table: str, **fields: int) -> Callable[[Any], int]:
+    """An option table ``table`` with ``fields`` (schema names without the ``Add`` prefix) set."""
+
+    def write(b: Any) -> int:
+        module = _schema(table)
+        getattr(module, f"{table}Start")(b)
+        for name, value in fields.items():
+            getattr(module, f"{table}Add{name}")(b, value)
+        return getattr(module, f"{table}End")(b)
+
+    return write
+
+
+def write_shape_arithmetic_model(path: Path) -> Path:
+    """Integer shape arithmetic with the corners numpy and TFLite could disagree on, as two outputs.
+
+    From ``input`` (2, 3, 4, 5): ``shape`` = SHAPE; a reversed STRIDED_SLICE (negative stride,
+    begin mask); one with an end mask; REDUCE_PROD of the latter, EXPAND_DIMS'd; a GATHER; integer
+    DIV (rounds toward zero) and FLOOR_DIV of negative numbers; all concatenated into output
+    ``numbers`` (int32, 17 values). Output ``expanded`` is the input RESHAPEd to PACK(batch, product),
+then EXPAND_DIMS'd at axis 1: (2, 1, 60).
+    """
+    from tflite.BuiltinOperator import BuiltinOperator as Op
+    from tflite.BuiltinOptions import BuiltinOptions as Options
+    from tflite.TensorType import TensorType
+
+    int32 = TensorType.INT32
+
+    def ints(name: str, values: Any) -> int:
+        return g.const(name, np.array(values, dtype=np.int32))
+
+    g = _Graph()
+    x = g.tensor("input", (2, 3, 4, 5))
+    shape = g.tensor("shape", (4,), int32)
+    g.op(Op.SHAPE, [x], [shape], Options.ShapeOptions, _options_writer("ShapeOptions", OutType=int32))
+    reversed_ = g.tensor("reversed", (3,), int32)  # shape[:0:-1] = [5, 4, 3]
+    g.op(Op.STRIDED_SLICE, [shape, ints("r/begin", [0]), ints("r/end", [0]), ints("r/strides", [-1])], [reversed_],
+         Options.StridedSliceOptions, _options_writer("StridedSliceOptions", BeginMask=1))
+    tail = g.tensor("tail", (3,), int32)  # shape[1:] = [3, 4, 5]
+    g.op(Op.STRIDED_SLICE, [shape, ints("t/begin", [1]), ints("t/end", [0]), ints("t/strides", [1])], [tail],
+         Options.StridedSliceOptions, _options_writer("StridedSliceOptions", EndMask=1))
+    product = g.tensor("product", (), int32)  # 60
+    g.op(Op.REDUCE_PROD, [tail, ints("p/axes", [0])], [product], Options.ReducerOptions,
+         _options_writer("ReducerOptions", KeepDims=False))
+    product_1d = g.tensor("product_1d", (1,), int32)
+    g.op(Op.EXPAND_DIMS, [product, ints("p/axis", 0)], [product_1d], Options.ExpandDimsOptions,
+         _options_writer("ExpandDimsOptions"))
+    gathered = g.tensor("gathered", (2,), int32)  # [5, 2]
+    g.op(Op.GATHER, [shape, ints("g/indices", [3, 0])], [gathered], Options.GatherOptions,
+         _options_writer("GatherOptions", Axis=0))
+    numerators, denominators = ints("d/num", [-7, 7]), ints("d/den", [2, 2])
+    divided = g.tensor("divided", (2,), int32)  # [-3, 3]
+    g.op(Op.DIV, [numerators, denominators], [divided], Options.DivOptions, _options_writer("DivOptions"))
+    floored = g.tensor("floored", (2,), int32)  # [-4, 3]
+    g.op(Op.FLOOR_DIV, [numerators, denominators], [floored], Options.FloorDivOptions, _options_writer("FloorDivOptions"))
+    numbers = g.tensor("numbers", (17,), int32)
+    g.op(Op.CONCATENATION, [shape, reversed_, tail, product_1d, gathered], [g.tensor("numbers_head", (13,), int32)],
+         Options.ConcatenationOptions, _options_writer("ConcatenationOptions", Axis=0))
+    head = len(g.tensors) - 1
+    g.op(Op.CONCATENATION, [head, divided, floored], [numbers],
+         Options.ConcatenationOptions, _options_writer("ConcatenationOptions", Axis=0))
+    batch = g.tensor("batch", (), int32)
+    g.op(Op.STRIDED_SLICE, [shape, ints("b/begin", [0]), ints("b/end", [1]), ints("b/strides", [1])], [batch],
+         Options.StridedSliceOptions, _options_writer("StridedSliceOptions", ShrinkAxisMask=1))
+    new_shape = g.tensor("new_shape", (2,), int32)
+    g.op(Op.PACK, [batch, product], [new_shape], Options.PackOptions, _options_writer("PackOptions", ValuesCount=2, Axis=0))
+    reshaped = g.tensor("reshaped", (2, 60))
+    g.op(Op.RESHAPE, [x, new_shape], [reshaped])
+    expanded = g.tensor("expanded", (2, 1, 60))
+    g.op(Op.EXPAND_DIMS, [reshaped, ints("e/axis", 1)], [expanded], Options.ExpandDimsOptions,
+         _options_writer("ExpandDimsOptions"))
+    path.write_bytes(g.finish([x], [numbers, expanded]))
+    return path

@@ -10,22 +10,29 @@ seconds. Run once, with TensorFlow in its own venv (its pins conflict with TVM's
   python -m venv /tmp/tfenv && /tmp/tfenv/bin/pip install tensorflow-cpu==2.21.0
   /tmp/tfenv/bin/python benchmarks/make_tflite_fixtures.py tests/data/tflite
 
-Every model: ``weights=None`` (random weights, seeded, no downloads), 10 classes,
+Every model: ``weights=None`` (random weights, seed 0, no downloads), 10 classes,
 ``classifier_activation=None`` (so outputs are not a near-uniform softmax), a
 32x32x3 input (64x64 where said), converted with ``TFLiteConverter.from_keras_model``
-and no other options, as a user converts. How each differs from the real model:
+and no other options, as a user converts; the output is byte-identical run to run.
+How each differs from the real model (same layers and operators, narrower, unless said):
 
-- ``mobilenet``: ``MobileNet(alpha=0.1)`` (the real one is alpha 1.0; same layers, narrower).
-- ``mobilenet_v2``: ``MobileNetV2(alpha=0.1)``.
-- ``mobilenet_v3_small`` / ``mobilenet_v3_large``: ``MobileNetV3Small/Large(alpha=0.1)``.
-- ``efficientnet_b0``: Keras' ``EfficientNet`` builder with B0's depth (1.0), dropout and block list, but
-  ``width_coefficient=0.1`` and ``depth_divisor=2`` (B0: 1.0 and 8), so every layer has about a tenth of the filters.
+- ``mobilenet``: ``MobileNet(alpha=0.1)`` (the real one: alpha 1.0). Holds the computed-shape RESHAPE
+  (its classifier's ``Reshape``).
+- ``mobilenet_v2``: ``MobileNetV2(alpha=0.1)``, its channel rounding (``_make_divisible``) to multiples of 2,
+  not 8, and its 1280-filter last convolution divided by 32 (40 filters).
+- ``mobilenet_v3_small`` / ``mobilenet_v3_large``: ``MobileNetV3Small(alpha=0.1)`` / ``MobileNetV3Large(alpha=0.05)``,
+  channel rounding (``_depth``) to multiples of 2, not 8, and the 1024/1280-filter head convolution divided
+  by 32. Both hold the computed-shape RESHAPE (the head's ``Flatten``).
+- ``efficientnet_b0``: Keras' ``EfficientNet`` builder with B0's depth coefficient (1.0), resolution, dropout and
+  blocks, but ``width_coefficient=0.05`` and ``depth_divisor=2`` (B0: 1.0 and 8). Holds 16 computed-shape
+  RESHAPEs (each squeeze-excite block's ``Reshape``).
 - ``resnet50`` / ``densenet121``: ``ResNet50`` / ``DenseNet121`` as Keras builds them, with every ``Conv2D``'s
-  filter count divided by 32 / 16 (at least 1) while the model is built (``_narrow_convolutions``): same
-  layers, blocks, and operators, narrower. DenseNet's transition layers size themselves from the
-  (already narrowed) input, so they are divided twice.
-- ``nasnet_mobile``: Keras' ``NASNet`` builder with NASNetMobile's arguments (4 blocks, no skip
-  reduction) but ``penultimate_filters=96`` and ``stem_block_filters=4`` (NASNetMobile: 1056 and 32).
+  filter count divided by 32 / 16 (at least 1) while the model is built (``_narrow_convolutions``).
+  DenseNet's transition layers size themselves from the (already narrowed) input, so they are divided
+  twice; DenseNet takes a 64x64 input (at 32x32 its random-weight output is all zeros).
+- ``nasnet_mobile``: Keras' ``NASNet`` builder with NASNetMobile's arguments except ``num_blocks=1``,
+  ``penultimate_filters=96`` and ``stem_block_filters=4`` (NASNetMobile: 4, 1056 and 32): one normal
+  cell per stage instead of four, the same cell and reduction-cell operators.
 """
 
 from __future__ import annotations

@@ -13,18 +13,22 @@ seconds. Run once, with TensorFlow in its own venv (its pins conflict with TVM's
 Every model: ``weights=None`` (random weights, seed 0, no downloads), 10 classes,
 ``classifier_activation=None`` (so outputs are not a near-uniform softmax), a
 32x32x3 input (64x64 where said), converted with ``TFLiteConverter.from_keras_model``
-and no other options, as a user converts; the output is byte-identical run to run.
-How each differs from the real model (same layers and operators, narrower, unless said):
+and no other options, as a user converts; each file is byte-identical run to run, with or without
+``--only`` and ``--check-operators``.
+How each differs from the real model: narrower, with the same operators, each as many times as
+the real model at this input size has them (``--check-operators`` converts the unpatched model and
+compares), except NASNet (fewer cells):
 
 - ``mobilenet``: ``MobileNet(alpha=0.1)`` (the real one: alpha 1.0). Holds the computed-shape RESHAPE
   (its classifier's ``Reshape``).
 - ``mobilenet_v2``: ``MobileNetV2(alpha=0.1)``, its channel rounding (``_make_divisible``) to multiples of 2,
   not 8, and its 1280-filter last convolution divided by 32 (40 filters).
-- ``mobilenet_v3_small`` / ``mobilenet_v3_large``: ``MobileNetV3Small(alpha=0.1)`` / ``MobileNetV3Large(alpha=0.05)``,
-  channel rounding (``_depth``) to multiples of 2, not 8, and the 1024/1280-filter head convolution divided
-  by 32. Both hold the computed-shape RESHAPE (the head's ``Flatten``).
+- ``mobilenet_v3_small``: ``MobileNetV3Small(alpha=0.1)``, its channel rounding (``_depth``) to multiples of 2,
+  not 8, and its 1024-filter head convolution divided by 32. ``mobilenet_v3_large``:
+  ``MobileNetV3Large(alpha=0.05)`` and its 1280-filter head convolution divided by 32. Both hold the
+  computed-shape RESHAPE (the head's ``Flatten``).
 - ``efficientnet_b0``: Keras' ``EfficientNet`` builder with B0's depth coefficient (1.0), resolution, dropout and
-  blocks, but ``width_coefficient=0.05`` and ``depth_divisor=2`` (B0: 1.0 and 8). Holds 16 computed-shape
+  blocks, but ``width_coefficient=0.055`` and ``depth_divisor=1`` (B0: 1.0 and 8). Holds 16 computed-shape
   RESHAPEs (each squeeze-excite block's ``Reshape``).
 - ``resnet50`` / ``densenet121``: ``ResNet50`` / ``DenseNet121`` as Keras builds them, with every ``Conv2D``'s
   filter count divided by 32 / 16 (at least 1) while the model is built (``_narrow_convolutions``).
@@ -41,6 +45,7 @@ import argparse
 import contextlib
 import io
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -103,16 +108,17 @@ def _mobilenet_v3(large: bool) -> Any:
     import keras
     from keras.src.applications import mobilenet_v3
 
-    with _round_channels_to(mobilenet_v3, "_depth", 2), _narrow_convolutions(32, at_least=1024):
-        if large:
+    if large:  # alpha 0.05 keeps every residual add without a finer rounding; with it one vanishes
+        with _narrow_convolutions(32, at_least=1024):
             return keras.applications.MobileNetV3Large(alpha=0.05, **_common())
+    with _round_channels_to(mobilenet_v3, "_depth", 2), _narrow_convolutions(32, at_least=1024):
         return keras.applications.MobileNetV3Small(alpha=0.1, **_common())
 
 
 def _efficientnet_b0() -> Any:
     from keras.src.applications.efficientnet import EfficientNet
 
-    return EfficientNet(0.05, 1.0, 224, dropout_rate=0.2, depth_divisor=2, name="efficientnetb0", **_common())
+    return EfficientNet(0.055, 1.0, 224, dropout_rate=0.2, depth_divisor=1, name="efficientnetb0", **_common())
 
 
 def _resnet50() -> Any:
@@ -148,22 +154,65 @@ FIXTURES: dict[str, Callable[[], Any]] = {
 }
 
 
+#: the unpatched Keras application of each fixture, and its input size, for ``--check-operators``
+REAL_MODELS = {"mobilenet": ("MobileNet", RES), "mobilenet_v2": ("MobileNetV2", RES),
+               "mobilenet_v3_small": ("MobileNetV3Small", RES), "mobilenet_v3_large": ("MobileNetV3Large", RES),
+               "efficientnet_b0": ("EfficientNetB0", RES), "resnet50": ("ResNet50", RES),
+               "densenet121": ("DenseNet121", 64), "nasnet_mobile": ("NASNetMobile", RES)}
+
+
+def _convert(network: Any) -> bytes:
+    import tensorflow as tf
+
+    with contextlib.redirect_stdout(io.StringIO()):  # the converter prints every captured variable
+        return tf.lite.TFLiteConverter.from_keras_model(network).convert()
+
+
+def _operator_counts(data: bytes) -> Counter[str]:
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    names = {code: name for name, code in vars(schema.BuiltinOperator).items() if name.isupper()}
+    model = schema.Model.GetRootAsModel(data, 0)
+    graph = model.Subgraphs(0)
+    counts: Counter[str] = Counter()
+    for index in range(graph.OperatorsLength()):
+        code = model.OperatorCodes(graph.Operators(index).OpcodeIndex())
+        counts[names[max(code.BuiltinCode(), code.DeprecatedBuiltinCode())]] += 1
+    return counts
+
+
+def _check_operators(name: str, data: bytes) -> str:
+    """How the fixture's operator counts differ from the unpatched model's ("same operators" when they do not)."""
+    import keras
+
+    application, res = REAL_MODELS[name]
+    real = _operator_counts(_convert(getattr(keras.applications, application)(**_common(res))))
+    fixture = _operator_counts(data)
+    if real == fixture:
+        return "same operators as the real model"
+    return f"the real model has more {dict(real - fixture)}, fewer {dict(fixture - real)}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="directory to write NAME.tflite into")
     parser.add_argument("--only", nargs="*", choices=sorted(FIXTURES), help="these fixtures only")
+    parser.add_argument("--check-operators", action="store_true",
+                        help="also convert the unpatched model and compare operator counts (slower)")
     args = parser.parse_args()
     import tensorflow as tf
 
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.only or FIXTURES:
+        tf.keras.backend.clear_session()  # layer and tensor names restart: a file does not depend on what ran before
         tf.keras.utils.set_random_seed(0)
         network = FIXTURES[name]()
-        with contextlib.redirect_stdout(io.StringIO()):  # the converter prints every captured variable
-            data = tf.lite.TFLiteConverter.from_keras_model(network).convert()
+        data = _convert(network)
         path = args.out / f"{name}.tflite"
         path.write_bytes(data)
         print(f"{path}: {len(data) / 1e3:.0f} KB, {network.count_params()} parameters")
+        if args.check_operators:
+            print(f"  {_check_operators(name, data)}")
     return 0
 
 

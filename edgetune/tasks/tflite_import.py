@@ -197,7 +197,7 @@ class StaticShapeConverter(OperatorConverter):
 
     def get_expr(self, input_tensor_idx: int) -> Any:
         """A folded tensor read as an expression (e.g. a RESHAPE of a shape vector) is its constant."""
-        if input_tensor_idx in self.folded and not super().has_expr(input_tensor_idx):
+        if input_tensor_idx in self.folded and not self.has_expr(input_tensor_idx):
             if input_tensor_idx not in self._folded_exprs:
                 wrapper = self.get_tensors([input_tensor_idx])[0]
                 self._folded_exprs[input_tensor_idx] = self.get_tensor_expr(wrapper)
@@ -251,7 +251,7 @@ class StaticShapeConverter(OperatorConverter):
         """The tensor's value when it is a constant or was folded; None when it is computed at run time."""
         if tensor.tensor_idx in self.folded:
             return self.folded[tensor.tensor_idx]
-        if super().has_expr(tensor.tensor_idx) or self.is_prefetched(tensor.tensor_idx):
+        if self.has_expr(tensor.tensor_idx) or self.is_prefetched(tensor.tensor_idx):
             return None
         if tensor.buffer is None or tensor.buffer.DataLength() == 0 or tensor.qnn_params is not None:
             return None
@@ -259,7 +259,7 @@ class StaticShapeConverter(OperatorConverter):
 
     def _static_shape(self, tensor: TensorWrapper) -> list[int] | None:
         """The shape the frontend gave the tensor, when every dimension is a number."""
-        if super().has_expr(tensor.tensor_idx):
+        if self.has_expr(tensor.tensor_idx):
             shape = getattr(self.bb.normalize(super().get_expr(tensor.tensor_idx)).ty, "shape", None)
             values = getattr(shape, "values", None)
             if values is None:

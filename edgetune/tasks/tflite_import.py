@@ -18,8 +18,10 @@ depends on the data), float arithmetic (TVM's ``FoldConstant`` does that later),
 ``STRIDED_SLICE`` with ellipsis or new-axis masks, and integer results above
 :data:`MAX_FOLDED_ELEMENTS` elements; those reach the frontend unchanged.
 
-The converter also replaces one frontend conversion that fails on every model:
-``EXPAND_DIMS`` (:meth:`StaticShapeConverter.convert_expand_dims`).
+The converter also replaces one frontend conversion that fails on every model,
+``EXPAND_DIMS`` (:meth:`StaticShapeConverter.convert_expand_dims`), and takes
+``SHAPE`` of a quantized tensor, which the frontend refused although it reads
+only the shape (an int8 model's computed RESHAPE).
 """
 
 from __future__ import annotations
@@ -181,6 +183,10 @@ class StaticShapeConverter(OperatorConverter):
     value, and ``has_expr`` stays False, so every consumer treats it as the
     constant the converter could have written. ``folded`` maps tensor index to value.
     """
+
+    #: SHAPE reads only its input's shape, which quantization does not change: an int8 model's computed
+    #: RESHAPE (the same SHAPE -> STRIDED_SLICE -> PACK) is no reason to refuse the model
+    _SUPPORTED_QUANTIZED_OPS = OperatorConverter._SUPPORTED_QUANTIZED_OPS | {"SHAPE"}
 
     def __init__(self, model: Any, subgraph: Any, exp_tab: Any, bb: Any) -> None:
         super().__init__(model, subgraph, exp_tab, bb)

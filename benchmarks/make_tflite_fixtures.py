@@ -37,6 +37,9 @@ compares), except NASNet (fewer cells):
 - ``nasnet_mobile``: Keras' ``NASNet`` builder with NASNetMobile's arguments except ``num_blocks=1``,
   ``penultimate_filters=96`` and ``stem_block_filters=4`` (NASNetMobile: 4, 1056 and 32): one normal
   cell per stage instead of four, the same cell and reduction-cell operators.
+- ``mobilenet_v3_small_int8``: ``mobilenet_v3_small`` converted full-integer (``Optimize.DEFAULT``, int8
+  built-ins only, int8 input and output, calibrated on 8 seeded random inputs): the int8 model holds the
+  same computed-shape RESHAPE, its SHAPE reading a quantized tensor.
 """
 
 from __future__ import annotations
@@ -151,21 +154,37 @@ FIXTURES: dict[str, Callable[[], Any]] = {
     "resnet50": _resnet50,
     "densenet121": _densenet121,
     "nasnet_mobile": _nasnet_mobile,
+    "mobilenet_v3_small_int8": lambda: _mobilenet_v3(large=False),
 }
+#: fixtures converted full-integer (int8 weights, activations, input and output), as for an integer-only NPU/CPU path
+QUANTIZED = {"mobilenet_v3_small_int8"}
 
 
 #: the unpatched Keras application of each fixture, and its input size, for ``--check-operators``
 REAL_MODELS = {"mobilenet": ("MobileNet", RES), "mobilenet_v2": ("MobileNetV2", RES),
                "mobilenet_v3_small": ("MobileNetV3Small", RES), "mobilenet_v3_large": ("MobileNetV3Large", RES),
                "efficientnet_b0": ("EfficientNetB0", RES), "resnet50": ("ResNet50", RES),
-               "densenet121": ("DenseNet121", 64), "nasnet_mobile": ("NASNetMobile", RES)}
+               "densenet121": ("DenseNet121", 64), "nasnet_mobile": ("NASNetMobile", RES),
+               "mobilenet_v3_small_int8": ("MobileNetV3Small", RES)}
 
 
-def _convert(network: Any) -> bytes:
+def _convert(network: Any, quantized: bool = False) -> bytes:
+    """The converter's defaults; ``quantized``: full-integer, calibrated on 8 seeded standard-normal inputs."""
+    import numpy as np
     import tensorflow as tf
 
+    converter = tf.lite.TFLiteConverter.from_keras_model(network)
+    if quantized:
+        shape = (1, *network.input_shape[1:])
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: (
+            [np.random.default_rng(seed).standard_normal(shape).astype(np.float32)] for seed in range(8)
+        )
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.int8
+        converter.inference_output_type = tf.int8
     with contextlib.redirect_stdout(io.StringIO()):  # the converter prints every captured variable
-        return tf.lite.TFLiteConverter.from_keras_model(network).convert()
+        return converter.convert()
 
 
 def _operator_counts(data: bytes) -> Counter[str]:
@@ -186,7 +205,7 @@ def _check_operators(name: str, data: bytes) -> str:
     import keras
 
     application, res = REAL_MODELS[name]
-    real = _operator_counts(_convert(getattr(keras.applications, application)(**_common(res))))
+    real = _operator_counts(_convert(getattr(keras.applications, application)(**_common(res)), name in QUANTIZED))
     fixture = _operator_counts(data)
     if real == fixture:
         return "same operators as the real model"
@@ -207,7 +226,7 @@ def main() -> int:
         tf.keras.backend.clear_session()  # layer and tensor names restart: a file does not depend on what ran before
         tf.keras.utils.set_random_seed(0)
         network = FIXTURES[name]()
-        data = _convert(network)
+        data = _convert(network, name in QUANTIZED)
         path = args.out / f"{name}.tflite"
         path.write_bytes(data)
         print(f"{path}: {len(data) / 1e3:.0f} KB, {network.count_params()} parameters")

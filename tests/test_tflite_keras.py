@@ -125,3 +125,24 @@ def test_integer_shape_arithmetic_folds_to_what_litert_computes(tmp_path: Path) 
     assert numbers.dtype == np.int32 and numbers.tolist() == expected
     assert expanded.shape == theirs[1].shape == (2, 1, 60) and np.array_equal(expanded, theirs[1])
     assert not any(op in model.mod.script() for op in SHAPE_COMPUTATIONS)
+
+
+def test_a_full_integer_keras_model_with_a_computed_reshape_imports_and_matches_litert() -> None:
+    """int8 MobileNetV3Small: its SHAPE reads a quantized tensor, which the frontend refused as a quantized SHAPE.
+
+    TVM 0.27 imports an int8 model as dequantize -> float operator -> quantize; its int8 output is LiteRT's
+    within one quantization step.
+    """
+    from edgetune.tasks import load_model
+
+    path = FIXTURES / "mobilenet_v3_small_int8.tflite"
+    assert path.stat().st_size < 200_000 and "SHAPE" in operators(path)
+    model = load_model(str(path))
+    assert [(spec.shape, spec.dtype) for spec in model.inputs] == [((1, 32, 32, 3), "int8")]
+    x = np.random.default_rng(0).integers(-128, 128, (1, 32, 32, 3)).astype(np.int8)
+    [ours] = model.reference_outputs({model.inputs[0].name: x})
+    [theirs] = litert_outputs(path, [x])
+    assert ours.dtype == theirs.dtype == np.int8 and ours.shape == theirs.shape == (1, 10)
+    assert len(np.unique(theirs)) > 1, "LiteRT's output is constant: the comparison would say nothing"
+    assert np.abs(ours.astype(np.int32) - theirs.astype(np.int32)).max() <= 1, (ours, theirs)
+    assert not any(op in model.mod.script() for op in SHAPE_COMPUTATIONS)

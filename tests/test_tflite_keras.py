@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, run_cli
 from test_tflite import one_error_line
-from tflite_models import write_computed_shape_model, write_shape_arithmetic_model
+from tflite_models import write_computed_axes_model, write_computed_shape_model, write_shape_arithmetic_model
 
 FIXTURES = REPO / "tests" / "data" / "tflite"
 FAMILIES = ["mobilenet", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "resnet50",
@@ -97,6 +97,12 @@ def test_a_computed_reshape_shape_and_mean_axes_become_constants(tmp_path: Path)
     assert "R.reshape(input, R.shape([1, 128]))" in script, script
     assert "R.mean(input, axis=[1, 2], keepdims=False)" in script, script
     assert not any(op in script for op in SHAPE_COMPUTATIONS), script
+
+
+def test_computed_mean_axes_alone_become_constants(tmp_path: Path) -> None:
+    """Not only RESHAPE: an operand the frontend reads only as a constant (MEAN's axes) may be computed too."""
+    script = assert_matches_litert(write_computed_axes_model(tmp_path / "axes.tflite"))
+    assert "R.mean(input, axis=[1, 2], keepdims=False)" in script, script
 
 
 def test_an_operator_the_frontend_lacks_is_one_line_naming_it(tmp_path: Path) -> None:

@@ -380,3 +380,24 @@ then EXPAND_DIMS'd at axis 1: (2, 1, 60).
          _options_writer("ExpandDimsOptions"))
     path.write_bytes(g.finish([x], [numbers, expanded]))
     return path
+
+
+def write_computed_axes_model(path: Path) -> Path:
+    """A MEAN over axes computed by RANGE(1, 3) and nothing else: input (1, 4, 4, 8), output (1, 8).
+
+    TVM 0.27's converter reads MEAN's axes with ``get_tensor_value`` alone, so a computed axes
+    tensor failed there even without a computed RESHAPE (a TypeError on its empty buffer).
+    """
+    from tflite.BuiltinOperator import BuiltinOperator as Op
+    from tflite.BuiltinOptions import BuiltinOptions as Options
+    from tflite.TensorType import TensorType
+
+    g = _Graph()
+    x = g.tensor("input", (1, 4, 4, 8))
+    bounds = [g.const(f"axes/{name}", np.array(value, dtype=np.int32)) for name, value in (("start", 1), ("limit", 3), ("delta", 1))]
+    axes = g.tensor("axes", (2,), TensorType.INT32)
+    g.op(Op.RANGE, bounds, [axes], Options.RangeOptions, _empty_options("RangeOptions"))
+    pooled = g.tensor("pooled", (1, 8))
+    g.op(Op.MEAN, [x, axes], [pooled], Options.ReducerOptions, _options_writer("ReducerOptions", KeepDims=False))
+    path.write_bytes(g.finish([x], [pooled]))
+    return path

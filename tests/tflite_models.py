@@ -216,3 +216,188 @@ def write_model(path: Path, *, unsupported: bool = False, seed: int = 0) -> Path
         g.op(Op.CUSTOM, [logits], [output], custom="EdgetuneNoSuchOp")
     path.write_bytes(g.finish([x], [output]))
     return path
+
+
+def _empty_options(table: str) -> Callable[[Any], int]:
+    """An option table with every field at its default (e.g. ``RangeOptions``)."""
+
+    def write(b: Any) -> int:
+        getattr(_schema(table), f"{table}Start")(b)
+        return getattr(_schema(table), f"{table}End")(b)
+
+    return write
+
+
+def write_computed_shape_model(path: Path, *, unknown_op: bool = False, seed: int = 0) -> Path:
+    """Shapes and axes computed at run time, as TensorFlow's converter writes a Keras ``Reshape`` (issue 53).
+
+    Input ``input`` (1, 4, 4, 8) is flattened by a RESHAPE whose new shape is
+    SHAPE -> STRIDED_SLICE (the batch, shrunk to a scalar) -> PACK with -1, and
+    averaged by a MEAN whose axes come from RANGE(1, 3); both are concatenated and
+    fed to a dense layer, output (1, 10). ``unknown_op`` appends a
+    DYNAMIC_UPDATE_SLICE, a builtin LiteRT runs and TVM 0.27's frontend lacks.
+    """
+    from tflite.BuiltinOperator import BuiltinOperator as Op
+    from tflite.BuiltinOptions import BuiltinOptions as Options
+    from tflite.TensorType import TensorType
+
+    rng = np.random.default_rng(seed)
+    g = _Graph()
+    x = g.tensor("input", (1, 4, 4, 8))
+    shape = g.tensor("shape", (4,), TensorType.INT32)
+
+    def shape_options(b: Any) -> int:
+        _schema("ShapeOptions").ShapeOptionsStart(b)
+        _schema("ShapeOptions").ShapeOptionsAddOutType(b, TensorType.INT32)
+        return _schema("ShapeOptions").ShapeOptionsEnd(b)
+
+    g.op(Op.SHAPE, [x], [shape], Options.ShapeOptions, shape_options)
+    begin, end, strides = (g.const(f"batch/{n}", np.array([v], dtype=np.int32)) for n, v in (("begin", 0), ("end", 1), ("strides", 1)))
+    batch = g.tensor("batch", (), TensorType.INT32)
+
+    def slice_options(b: Any) -> int:
+        _schema("StridedSliceOptions").StridedSliceOptionsStart(b)
+        _schema("StridedSliceOptions").StridedSliceOptionsAddShrinkAxisMask(b, 1)
+        return _schema("StridedSliceOptions").StridedSliceOptionsEnd(b)
+
+    g.op(Op.STRIDED_SLICE, [shape, begin, end, strides], [batch], Options.StridedSliceOptions, slice_options)
+    minus_one = g.const("flat/minus_one", np.array(-1, dtype=np.int32))
+    new_shape = g.tensor("flat/shape", (2,), TensorType.INT32)
+
+    def pack_options(b: Any) -> int:
+        _schema("PackOptions").PackOptionsStart(b)
+        _schema("PackOptions").PackOptionsAddValuesCount(b, 2)
+        _schema("PackOptions").PackOptionsAddAxis(b, 0)
+        return _schema("PackOptions").PackOptionsEnd(b)
+
+    g.op(Op.PACK, [batch, minus_one], [new_shape], Options.PackOptions, pack_options)
+    flat = g.tensor("flat", (1, 128))
+    g.op(Op.RESHAPE, [x, new_shape], [flat])
+    start, limit, delta = (g.const(f"axes/{n}", np.array(v, dtype=np.int32)) for n, v in (("start", 1), ("limit", 3), ("delta", 1)))
+    axes = g.tensor("axes", (2,), TensorType.INT32)
+    g.op(Op.RANGE, [start, limit, delta], [axes], Options.RangeOptions, _empty_options("RangeOptions"))
+    pooled = g.tensor("pooled", (1, 8))
+
+    def mean_options(b: Any) -> int:
+        _schema("ReducerOptions").ReducerOptionsStart(b)
+        _schema("ReducerOptions").ReducerOptionsAddKeepDims(b, False)
+        return _schema("ReducerOptions").ReducerOptionsEnd(b)
+
+    g.op(Op.MEAN, [x, axes], [pooled], Options.ReducerOptions, mean_options)
+    joined = g.tensor("joined", (1, 136))
+
+    def concat_options(b: Any) -> int:
+        _schema("ConcatenationOptions").ConcatenationOptionsStart(b)
+        _schema("ConcatenationOptions").ConcatenationOptionsAddAxis(b, 1)
+        return _schema("ConcatenationOptions").ConcatenationOptionsEnd(b)
+
+    g.op(Op.CONCATENATION, [flat, pooled], [joined], Options.ConcatenationOptions, concat_options)
+    fc_w = g.const("dense/weights", rng.normal(0, 0.3, (10, 136)).astype(np.float32))
+    fc_b = g.const("dense/bias", rng.normal(0, 0.1, (10,)).astype(np.float32))
+    logits = g.tensor("logits", (1, 10))
+    g.op(Op.FULLY_CONNECTED, [joined, fc_w, fc_b], [logits], Options.FullyConnectedOptions,
+         _empty_options("FullyConnectedOptions"))
+    output = logits
+    if unknown_op:
+        update = g.const("update/values", np.ones((1, 2), dtype=np.float32))
+        where = g.const("update/start", np.array([0, 3], dtype=np.int32))
+        output = g.tensor("updated", (1, 10))
+        g.op(Op.DYNAMIC_UPDATE_SLICE, [logits, update, where], [output])
+    path.write_bytes(g.finish([x], [output]))
+    return path
+
+
+def _options_writer(table: str, **fields: int) -> Callable[[Any], int]:
+    """An option table ``table`` with ``fields`` (schema names without the ``Add`` prefix) set."""
+
+    def write(b: Any) -> int:
+        module = _schema(table)
+        getattr(module, f"{table}Start")(b)
+        for name, value in fields.items():
+            getattr(module, f"{table}Add{name}")(b, value)
+        return getattr(module, f"{table}End")(b)
+
+    return write
+
+
+def write_shape_arithmetic_model(path: Path) -> Path:
+    """Integer shape arithmetic with the corners numpy and TFLite could disagree on, as two outputs.
+
+    From ``input`` (2, 3, 4, 5): ``shape`` = SHAPE; a reversed STRIDED_SLICE (negative stride,
+    begin mask); one with an end mask; REDUCE_PROD of the latter, EXPAND_DIMS'd; a GATHER; integer
+    DIV (rounds toward zero) and FLOOR_DIV of negative numbers; all concatenated into output
+    ``numbers`` (int32, 17 values). Output ``expanded`` is the input RESHAPEd to PACK(batch, product),
+then EXPAND_DIMS'd at axis 1: (2, 1, 60).
+    """
+    from tflite.BuiltinOperator import BuiltinOperator as Op
+    from tflite.BuiltinOptions import BuiltinOptions as Options
+    from tflite.TensorType import TensorType
+
+    int32 = TensorType.INT32
+
+    def ints(name: str, values: Any) -> int:
+        return g.const(name, np.array(values, dtype=np.int32))
+
+    g = _Graph()
+    x = g.tensor("input", (2, 3, 4, 5))
+    shape = g.tensor("shape", (4,), int32)
+    g.op(Op.SHAPE, [x], [shape], Options.ShapeOptions, _options_writer("ShapeOptions", OutType=int32))
+    reversed_ = g.tensor("reversed", (3,), int32)  # shape[:0:-1] = [5, 4, 3]
+    g.op(Op.STRIDED_SLICE, [shape, ints("r/begin", [0]), ints("r/end", [0]), ints("r/strides", [-1])], [reversed_],
+         Options.StridedSliceOptions, _options_writer("StridedSliceOptions", BeginMask=1))
+    tail = g.tensor("tail", (3,), int32)  # shape[1:] = [3, 4, 5]
+    g.op(Op.STRIDED_SLICE, [shape, ints("t/begin", [1]), ints("t/end", [0]), ints("t/strides", [1])], [tail],
+         Options.StridedSliceOptions, _options_writer("StridedSliceOptions", EndMask=1))
+    product = g.tensor("product", (), int32)  # 60
+    g.op(Op.REDUCE_PROD, [tail, ints("p/axes", [0])], [product], Options.ReducerOptions,
+         _options_writer("ReducerOptions", KeepDims=False))
+    product_1d = g.tensor("product_1d", (1,), int32)
+    g.op(Op.EXPAND_DIMS, [product, ints("p/axis", 0)], [product_1d], Options.ExpandDimsOptions,
+         _options_writer("ExpandDimsOptions"))
+    gathered = g.tensor("gathered", (2,), int32)  # [5, 2]
+    g.op(Op.GATHER, [shape, ints("g/indices", [3, 0])], [gathered], Options.GatherOptions,
+         _options_writer("GatherOptions", Axis=0))
+    numerators, denominators = ints("d/num", [-7, 7]), ints("d/den", [2, 2])
+    divided = g.tensor("divided", (2,), int32)  # [-3, 3]
+    g.op(Op.DIV, [numerators, denominators], [divided], Options.DivOptions, _options_writer("DivOptions"))
+    floored = g.tensor("floored", (2,), int32)  # [-4, 3]
+    g.op(Op.FLOOR_DIV, [numerators, denominators], [floored], Options.FloorDivOptions, _options_writer("FloorDivOptions"))
+    numbers = g.tensor("numbers", (17,), int32)
+    g.op(Op.CONCATENATION, [shape, reversed_, tail, product_1d, gathered], [g.tensor("numbers_head", (13,), int32)],
+         Options.ConcatenationOptions, _options_writer("ConcatenationOptions", Axis=0))
+    head = len(g.tensors) - 1
+    g.op(Op.CONCATENATION, [head, divided, floored], [numbers],
+         Options.ConcatenationOptions, _options_writer("ConcatenationOptions", Axis=0))
+    batch = g.tensor("batch", (), int32)
+    g.op(Op.STRIDED_SLICE, [shape, ints("b/begin", [0]), ints("b/end", [1]), ints("b/strides", [1])], [batch],
+         Options.StridedSliceOptions, _options_writer("StridedSliceOptions", ShrinkAxisMask=1))
+    new_shape = g.tensor("new_shape", (2,), int32)
+    g.op(Op.PACK, [batch, product], [new_shape], Options.PackOptions, _options_writer("PackOptions", ValuesCount=2, Axis=0))
+    reshaped = g.tensor("reshaped", (2, 60))
+    g.op(Op.RESHAPE, [x, new_shape], [reshaped])
+    expanded = g.tensor("expanded", (2, 1, 60))
+    g.op(Op.EXPAND_DIMS, [reshaped, ints("e/axis", 1)], [expanded], Options.ExpandDimsOptions,
+         _options_writer("ExpandDimsOptions"))
+    path.write_bytes(g.finish([x], [numbers, expanded]))
+    return path
+
+
+def write_computed_axes_model(path: Path) -> Path:
+    """A MEAN over axes computed by RANGE(1, 3) and nothing else: input (1, 4, 4, 8), output (1, 8).
+
+    TVM 0.27's converter reads MEAN's axes with ``get_tensor_value`` alone, so a computed axes
+    tensor failed there even without a computed RESHAPE (a TypeError on its empty buffer).
+    """
+    from tflite.BuiltinOperator import BuiltinOperator as Op
+    from tflite.BuiltinOptions import BuiltinOptions as Options
+    from tflite.TensorType import TensorType
+
+    g = _Graph()
+    x = g.tensor("input", (1, 4, 4, 8))
+    bounds = [g.const(f"axes/{name}", np.array(value, dtype=np.int32)) for name, value in (("start", 1), ("limit", 3), ("delta", 1))]
+    axes = g.tensor("axes", (2,), TensorType.INT32)
+    g.op(Op.RANGE, bounds, [axes], Options.RangeOptions, _empty_options("RangeOptions"))
+    pooled = g.tensor("pooled", (1, 8))
+    g.op(Op.MEAN, [x, axes], [pooled], Options.ReducerOptions, _options_writer("ReducerOptions", KeepDims=False))
+    path.write_bytes(g.finish([x], [pooled]))
+    return path

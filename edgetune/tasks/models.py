@@ -260,6 +260,8 @@ def _load_tflite(path: Path, spec: str) -> LoadedModel:
     try:
         import tflite
         from tvm.relax.frontend.tflite import from_tflite
+
+        from edgetune.tasks.tflite_import import StaticShapeConverter
     except ImportError:
         raise ModelError(
             f"{label} is a TensorFlow Lite model: reading it needs the tflite package, which is not installed; "
@@ -284,8 +286,9 @@ def _load_tflite(path: Path, spec: str) -> LoadedModel:
         raise ModelError(f"{label} is not a readable TensorFlow Lite model: {_first_line(exc)}") from exc
     if any(d <= 0 for spec_ in inputs for d in spec_.shape):
         raise ModelError(f"{label}: dynamic input shapes are not supported; tasks are shape-specific")
-    try:
-        mod = from_tflite(model, {i.name: i.shape for i in inputs}, {i.name: i.dtype for i in inputs})
+    try:  # shape arithmetic (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE) becomes constants: the inputs are static
+        mod = from_tflite(model, {i.name: i.shape for i in inputs}, {i.name: i.dtype for i in inputs},
+                          op_converter=StaticShapeConverter)
     except Exception as exc:  # noqa: BLE001 - the frontend raises anything: an operator or quantization it lacks
         raise ModelError(f"{label}: TVM {tvm.__version__} cannot import the TensorFlow Lite model: {_first_line(exc)}") from exc
     # the frontend also lists the weights in an attribute of main, beside the constants it uses: one copy is enough

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tvm
 import tvm.s_tir.meta_schedule as ms
 from tvm import relax
@@ -19,6 +20,7 @@ from edgetune.tasks.graph import prepare_graph
 from tflite_models import write_model
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+DATA = Path(__file__).parent / "data" / "tflite"
 
 
 def test_an_nhwc_models_convolutions_come_out_blocked_and_match_litert(tmp_path: Path) -> None:
@@ -47,6 +49,50 @@ def test_an_nhwc_models_convolutions_come_out_blocked_and_match_litert(tmp_path:
     interpreter = Interpreter(model_path=str(path), num_threads=1)
     interpreter.allocate_tensors()
     interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    theirs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
+
+
+def _ops(mod, name: str) -> int:
+    found = 0
+
+    def visit(expr) -> None:
+        nonlocal found
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == name:
+            found += 1
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return found
+
+
+@pytest.mark.parametrize("family", ["mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "resnet50"])
+def test_keras_models_are_blocked_like_onnx_ones_and_match_litert(family: str) -> None:
+    """The Keras fixtures (tests/data/tflite) in the host's blocked layout: every convolution from NHWC, a zero
+    PAD before a convolution (ResNet-50's stem) folded into it, outputs as LiteRT's."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgetune.profile import load_profile
+
+    target = load_profile("host").tvm_target()
+    path = DATA / f"{family}.tflite"
+    model = load_model(str(path))
+    convs = _ops(model.mod, "relax.nn.conv2d")
+    blocked = prepare_graph(model, "NCHWc", "full", target)
+    (entry,) = [p for p in blocked.graph.passes if p.name.startswith("layout-")]
+    assert entry.status == "applied" and f"{convs} from NHWC" in entry.detail, blocked.graph.describe()
+    if family == "resnet50":
+        from edgetune.tasks.blocking import channels_first
+
+        assert _ops(model.mod, "relax.nn.pad") == 2 and _ops(channels_first(model.mod, target)[0], "relax.nn.pad") == 1
+    inputs = model.random_inputs(seed=0)
+    with tvm.transform.PassContext(opt_level=3):
+        vm = relax.VirtualMachine(relax.build(blocked.mod, target=target), tvm.cpu())
+    ours = vm["main"](*[tvm.runtime.tensor(v) for v in inputs.values()]).numpy()
+    interpreter = Interpreter(model_path=str(path), num_threads=1)
+    interpreter.allocate_tensors()
+    for detail, value in zip(interpreter.get_input_details(), inputs.values()):
+        interpreter.set_tensor(detail["index"], value)
     interpreter.invoke()
     theirs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()

@@ -195,6 +195,8 @@ class _ChannelVectorsAsTensors(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
+        if _is_op(call, "relax.nn.conv2d") and call.attrs.data_layout == "NHWC":
+            return self._with_padding_folded(call)
         if _is_op(call, "relax.clip") and _shape(call.args[0]) is not None and len(_shape(call.args[0])) == 4:
             # ConvertLayout cannot move relax.clip: as maximum/minimum with scalars it moves, and stays blocked
             dtype = call.args[0].ty.dtype
@@ -211,6 +213,30 @@ class _ChannelVectorsAsTensors(relax.PyExprMutator):
                 args[index] = relax.const(value.reshape(1, 1, 1, -1), constant.value.dtype)
                 return relax.Call(call.op, args, call.attrs)
         return call
+
+    def _with_padding_folded(self, conv: relax.Call) -> relax.Expr:
+        """A zero ``PAD`` of H and W before an NHWC convolution (Keras' ``ZeroPadding2D``) as the convolution's padding.
+
+        ``ConvertLayout`` cannot move ``nn.pad``: left, the tensor went back to NHWC for it and stayed so to the
+        next convolution (DenseNet's and NASNet's concats, ResNet-50's stem).
+        """
+        data = conv.args[0]
+        bound = self.lookup_binding(data) if isinstance(data, relax.Var) else None
+        if not _is_op(bound, "relax.nn.pad") or bound.attrs.pad_mode != "constant":
+            return conv
+        value = getattr(bound.attrs, "pad_value", 0.0)
+        widths = [int(w) for w in bound.attrs.pad_width]
+        if float(getattr(value, "value", value) or 0.0) != 0.0 or len(widths) != 8 or any(widths[i] for i in (0, 1, 6, 7)):
+            return conv
+        top, bottom, left, right = widths[2:6]
+        padding = [int(p) for p in conv.attrs.padding]
+        attrs = conv.attrs
+        return relax.op.nn.conv2d(
+            bound.args[0], conv.args[1], strides=attrs.strides,
+            padding=[padding[0] + top, padding[1] + left, padding[2] + bottom, padding[3] + right],
+            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
+            kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout, out_dtype=attrs.out_dtype,
+        )
 
 
 def lower_blocked(mod: tvm.IRModule, target: Any) -> tvm.IRModule:

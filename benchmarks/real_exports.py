@@ -47,6 +47,24 @@ MODULES = {
 }
 
 
+#: the population of issue 52's benchmark: (arch, resolution, exporter, whether the shipped library's zoo holds it)
+POPULATION: tuple[tuple[str, int, str, bool], ...] = (
+    # architectures and resolutions the zoo was built from (as edgetune's own lookalikes or these exports)
+    ("squeezenet1_1", 224, "onnx-torchscript", True), ("squeezenet1_0", 224, "onnx-torchscript", True),
+    ("mobilenet_v2", 224, "onnx-torchscript", True), ("resnet18", 224, "onnx-torchscript", True),
+    ("resnet50", 224, "onnx-torchscript", True), ("shufflenet_v2_x1_0", 224, "onnx-torchscript", True),
+    ("mobilenet_v3_small", 224, "onnx-torchscript", True), ("efficientnet_b0", 224, "onnx-torchscript", True),
+    ("mobilenet_v2", 224, "onnx-dynamo", True), ("resnet18", 224, "pt2", True),
+    # architectures, widths and resolutions it does not hold
+    ("regnet_x_400mf", 224, "onnx-torchscript", False), ("regnet_y_400mf", 224, "onnx-torchscript", False),
+    ("resnext50_32x4d", 224, "onnx-torchscript", False), ("mnasnet0_5", 224, "onnx-torchscript", False),
+    ("mnasnet1_0", 224, "onnx-torchscript", False), ("mobilenet_v3_large", 224, "onnx-torchscript", False),
+    ("shufflenet_v2_x0_5", 224, "onnx-torchscript", False), ("efficientnet_b1", 240, "onnx-torchscript", False),
+    ("googlenet", 224, "onnx-torchscript", False), ("densenet121", 224, "onnx-torchscript", False),
+    ("mobilenet_v2", 192, "onnx-dynamo", False), ("resnet18", 160, "pt2", False),
+)
+
+
 def torchvision_module(name: str) -> Any:
     """``torchvision.models.NAME`` imported without torchvision's compiled operators (see the module docstring)."""
     if "torchvision.models" in sys.modules:
@@ -98,14 +116,20 @@ def export(arch: str, res: int, exporter: str, out_dir: Path, seed: int = 0) -> 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("arch", nargs="+", choices=sorted(MODULES))
+    parser.add_argument("arch", nargs="*", help=f"torchvision builders: {', '.join(sorted(MODULES))}")
+    parser.add_argument("--population", action="store_true", help="every model of POPULATION (issue 52's benchmark)")
     parser.add_argument("--res", type=int, default=224)
     parser.add_argument("--exporter", choices=EXPORTERS, default="onnx-torchscript")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/exports"))
     args = parser.parse_args()
-    for arch in args.arch:
-        path = export(arch, args.res, args.exporter, args.out, args.seed)
+    wanted = [(arch, args.res, args.exporter) for arch in args.arch]
+    if args.population:
+        wanted += [(arch, res, exporter) for arch, res, exporter, _zoo in POPULATION]
+    if not wanted:
+        parser.error("name at least one arch, or --population")
+    for arch, res, exporter in wanted:
+        path = export(arch, res, exporter, args.out, args.seed)
         print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
     return 0
 

@@ -97,3 +97,49 @@ def torch_reference(module, inputs: list) -> list:
     with torch.no_grad():
         out = module(*(torch.from_numpy(x) for x in inputs))
     return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
+def squeezenet1_1(classes: int = 1000, seed: int = 0):
+    """torchvision's SqueezeNet 1.1 as torchvision defines it (``models/squeezenet.py``): ceil-mode max pools, so
+    its feature maps are 55/27/13 at 224, Fire modules, dropout and a 1x1-conv classifier; eval mode, random weights.
+
+    Its ONNX export has the workloads of ``torchvision.models.squeezenet1_1``'s export (same layers, same order):
+    the schedule library's real-export entries are checked on it without torchvision, whose compiled operators
+    do not load against the CPU-only torch the project pins.
+    """
+    import torch
+    from torch import nn
+
+    class Fire(nn.Module):
+        def __init__(self, inplanes: int, squeeze: int, expand1x1: int, expand3x3: int) -> None:
+            super().__init__()
+            self.squeeze = nn.Conv2d(inplanes, squeeze, kernel_size=1)
+            self.squeeze_activation = nn.ReLU(inplace=True)
+            self.expand1x1 = nn.Conv2d(squeeze, expand1x1, kernel_size=1)
+            self.expand1x1_activation = nn.ReLU(inplace=True)
+            self.expand3x3 = nn.Conv2d(squeeze, expand3x3, kernel_size=3, padding=1)
+            self.expand3x3_activation = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            x = self.squeeze_activation(self.squeeze(x))
+            return torch.cat([self.expand1x1_activation(self.expand1x1(x)), self.expand3x3_activation(self.expand3x3(x))], 1)
+
+    class SqueezeNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 64, kernel_size=3, stride=2), nn.ReLU(inplace=True),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True), Fire(64, 16, 64, 64), Fire(128, 16, 64, 64),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True), Fire(128, 32, 128, 128), Fire(256, 32, 128, 128),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True), Fire(256, 48, 192, 192), Fire(384, 48, 192, 192),
+                Fire(384, 64, 256, 256), Fire(512, 64, 256, 256),
+            )
+            self.classifier = nn.Sequential(
+                nn.Dropout(p=0.5), nn.Conv2d(512, classes, kernel_size=1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1))
+            )
+
+        def forward(self, x):
+            return torch.flatten(self.classifier(self.features(x)), 1)
+
+    torch.manual_seed(seed)
+    return SqueezeNet().eval()

@@ -170,6 +170,12 @@ class ScheduleLibrary:
                     out.append(ms.database.TuningRecord(self._traces[key], entry, [schedule.latency_us * 1e-6], target, None))
         return out
 
+    def _mcpus(self, joiner: str = ", ") -> str:
+        """The CPU models its builds made code for (merged builds from several hosts of the family may differ)."""
+        cpus = [str((part.get("target") or {}).get("mcpu") or "") for part in parts_of(self.header)]
+        known = sorted({cpu for cpu in cpus if cpu}) or [str(self.header.get("family", {}).get("mcpu") or "?")]
+        return joiner.join(known)
+
     def describe(self) -> list[str]:
         """What ``edgetune schedules info`` prints: where the numbers came from, and what the library covers."""
         h = self.header
@@ -183,7 +189,7 @@ class ScheduleLibrary:
             f"{self.path or 'library'}: {LIBRARY_FORMAT} version {h.get('version')}, "
             f"made by edgetune {h.get('edgetune_version')} with TVM {h.get('tvm_version')} on {h.get('created_at')}",
             f"family: {family.get('name')} ({family.get('arch')}; features {', '.join(family.get('features', [])) or 'none'}; "
-            f"code for mcpu {family.get('mcpu') or '?'}, measured on {h.get('measured_on') or 'that CPU'}, "
+            f"code for mcpu {self._mcpus()}, measured on {h.get('measured_on') or self._mcpus(' and ') + ' as the parts say'}, "
             f"{h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
             f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload, "
             f"timed {self.timing})",
@@ -451,14 +457,19 @@ def _read_lines(path: Path) -> Iterator[tuple[int, Any]]:
 
 #: header keys that say how one build made its part of a library (kept per part by :func:`merge_libraries`)
 _PART_KEYS = ("created_at", "edgetune_version", "budget_per_workload", "budget_counts", "conv_layout", "zoo",
-              "source", "measured_on")
+              "source", "measured_on", "target")
+
+
+def _without_cpu(target: Any) -> Any:
+    """A library's target less its CPU model: what two libraries of one family must share to merge."""
+    return {key: value for key, value in target.items() if key != "mcpu"} if isinstance(target, dict) else target
 
 
 def parts_of(header: dict[str, Any]) -> list[dict[str, Any]]:
     """The builds a library holds: its ``parts`` when merged, else the header's own build."""
     parts = header.get("parts")
-    if parts:
-        return list(parts)
+    if parts:  # parts merged before they kept their target were built for the library's own
+        return [{**part, "target": part.get("target") or header.get("target")} for part in parts]
     return [{key: header.get(key) for key in _PART_KEYS}]
 
 
@@ -467,7 +478,8 @@ def merge_libraries(
 ) -> ScheduleLibrary:
     """One library from several of the same family, timing and TVM: each workload's ``top_k`` fastest schedules.
 
-    For a zoo built in steps (more models later, on another host of the family) or by a team on a farm.
+    For a zoo built in steps (more models later, on another host of the family: another CPU model of it merges, each
+    part keeping its target and where it was measured) or by a team on a farm.
     The header keeps each build's budget, zoo and layout as a ``part``, so ``info`` says where each number came
     from; the budget of the whole is stated only where every part had the same.
     """
@@ -480,7 +492,9 @@ def merge_libraries(
         for what, mine, theirs in (
             ("family", first.family, other.family),
             ("timing", first.timing, other.timing),
-            ("target", first.header.get("target"), other.header.get("target")),
+            # the CPU model (mcpu) may differ: the family's vector instructions are what a schedule relies on, a
+            # tune measures a library's schedules on its own board first, and each part says where it was measured
+            ("target", _without_cpu(first.header.get("target")), _without_cpu(other.header.get("target"))),
         ):
             if mine != theirs:
                 raise LibraryError(

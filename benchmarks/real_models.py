@@ -68,7 +68,8 @@ def run_row(path: Path, per_task: int, seed: int, variant: str, args: argparse.N
     profile = load_profile(args.profile)
     overrides = parse_variant(variant)
     profile = profile.with_overrides(**{**overrides, "tuning": {"seed": seed, **overrides.get("tuning", {})}})
-    out_dir = args.out / f"{path.stem}-{per_task}pt-seed{seed}-{variant.replace('=', '_').replace(',', '+')}"
+    label = variant.replace("=", "_").replace(",", "+").replace("/", "_")
+    out_dir = args.out / f"{path.stem}-{per_task}pt-seed{seed}-{label}"
     try:
         model = load_model(str(path))
         pipeline = TuningPipeline(TuneOptions(profile=profile, model=str(path), out_dir=out_dir))

@@ -13,7 +13,10 @@ The rule, once the library's schedules are measured and before the search:
 * a task's *class* is its operator signature (:mod:`edgetune.tasks.signature`);
   the class reaches the median, over the library's workloads of that
   signature, of each workload's best GFLOPS (:func:`class_gflops`; at least
-  :data:`MIN_CLASS_WORKLOADS` of them, else the task has no reference);
+  :data:`MIN_CLASS_WORKLOADS` of them, else the task has no reference); a
+  task whose exact workload the library holds is judged by that workload's
+  own best record (its schedule was tuned for it; a small layer runs below
+  its class's median at its best);
 * a compute-bound task that started from the library (its exact workload or
   another shape, adapted) *lags* when its best runs under
   ``tuning.lagging_ratio`` of its class and it *weighs*: its weighted latency is
@@ -64,9 +67,17 @@ class LaggingTask:
 
 
 def class_gflops(library: Any, mod: Any) -> float | None:
-    """What ``mod``'s operator class reaches in ``library``: the median of its workloads' best GFLOPS, or None."""
+    """What ``mod``'s operator class reaches in ``library``: the median of its workloads' best GFLOPS, or None.
+
+    A workload the library holds exactly is judged by its own best record instead: a 1x1 convolution on a 7x7 map
+    runs below the median of its class at its best, and its library schedule is that best.
+    """
     from ..tasks.signature import operator_signature
 
+    exact = library.find(mod)
+    if exact is not None:
+        own = [s.gflops for s in exact.schedules if s.gflops]
+        return max(own) if own else None
     best = [
         max(s.gflops for s in workload.schedules if s.gflops)
         for workload in library.nearest_workloads(mod, operator_signature(mod))

@@ -22,6 +22,7 @@ TOPIC_OF_PREFIX: tuple[tuple[str, str], ...] = (
     ("baseline_fairness", "baseline-fairness"), ("board_farm", "board-farm"), ("farm_", "board-farm"),
     ("task_scheduling", "task-scheduling"), ("measurement_reduction", "measurement-reduction"),
     ("evaluator_cost", "measurement-reduction"), ("warm_start", "warm-start"),
+    ("real_exports", "real-exports"), ("baseline_protocol", "baseline-fairness"),
 )
 DEFAULT_TOPIC = "host-time"
 

@@ -45,9 +45,9 @@ otherwise; ``"NCHW8c"`` and the like fix the block, for channel counts the lanes
 do not divide): ``NCHW16c`` data and ``OIHW16i16o`` weights, depthwise
 convolutions and the ``Clip`` after them included (:mod:`edgetune.tasks.blocking`
 says how, and lowers what Relax's ``LegalizeOps`` cannot), and a 3-channel stem
-with its input in one block of 3, and grouped convolutions whose groups are
-whole blocks; a convolution the blocked layout cannot lower (channels that do
-not divide into blocks, groups narrower than a block) stays NCHW on its own,
+with its input in one block of 3; a convolution the blocked layout cannot
+lower or has no tuned form for (channels that do not divide into blocks,
+grouped convolutions other than depthwise) stays NCHW on its own,
 between layout transforms, and :attr:`GraphReport.unblocked` says which and why. A blocked layout runs before ``fast-math`` (which
 turns sigmoid into a ``call_tir`` the blocking cannot see through) and is
 lowered after it, so EfficientNet's SiLU stays blocked and fuses into its

@@ -82,7 +82,7 @@ def test_keras_models_are_blocked_like_onnx_ones_and_match_litert(family: str) -
     (entry,) = [p for p in blocked.graph.passes if p.name.startswith("layout-")]
     assert entry.status == "applied" and f"{convs} from NHWC" in entry.detail, blocked.graph.describe()
     if family == "resnet50":
-        from edgetune.tasks.blocking import channels_first
+        from edgetune.tasks.nhwc import channels_first
 
         assert _ops(model.mod, "relax.nn.pad") == 2 and _ops(channels_first(model.mod, target)[0], "relax.nn.pad") == 1
     inputs = model.random_inputs(seed=0)

@@ -52,6 +52,8 @@ import tvm.sym
 import tvm_ffi
 from tvm import relax, te, topi
 
+from .blocked_computes import depthwise_conv2d_nchwc, group_conv2d_nchwc
+
 #: grouped convolutions whose groups are whole blocks run as ``group_conv2d_NCHWc`` (True) or stay NCHW between
 #: layout transforms (False, the default): at two trials per task the blocked form, which no library schedule
 #: covers yet, delivered torchvision's RegNetX-400MF 2.1x slower than NCHW (benchmarks/results/real-exports.md)
@@ -73,6 +75,8 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
     """
     layouts = [f"NCHW{block}c", f"OIHW{block}i{block}o"]
     total = _count(mod, lambda call: True)
+    from .nhwc import channels_first
+
     mod, nhwc = channels_first(mod, target)
     depthwise = _count(mod, _is_depthwise)
     mod, clips = clips_as_ops(mod)
@@ -105,31 +109,6 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
     if nhwc:
         detail += f", {nhwc} from NHWC"
     return rest, detail
-
-
-def channels_first(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, int]:
-    """``mod``'s NHWC convolutions (a TensorFlow Lite model's) in NCHW/OIHW, and how many there were.
-
-    The blocked layout starts from NCHW: Relax's ``ConvertLayout`` turns each convolution and the ops
-    between them, so a transpose is left only where the graph enters and leaves them, and the weights'
-    transposes fold away. The steps after it then treat the model as an ONNX one: its depthwise
-    convolutions, stem and activations blocked, and its workloads the schedule library's.
-    """
-    nhwc = _count(mod, lambda call: call.attrs.data_layout == "NHWC")
-    if not nhwc:
-        return mod, 0
-    widened = _ChannelVectorsAsTensors(mod)
-    out = tvm.IRModule(mod.functions, attrs=mod.attrs)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            out[gvar] = widened.visit_expr(func)
-    mod = out
-    with target:
-        converted = tvm.transform.Sequential(
-            [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"]}), relax.transform.Normalize(),
-             relax.transform.FoldConstant()]
-        )(mod)
-    return converted, nhwc
 
 
 @dataclass(frozen=True)
@@ -193,61 +172,6 @@ def unblocked_convolutions(mod: tvm.IRModule, block: int) -> list[UnblockedConv]
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return found
-
-
-@relax.expr_functor.mutator
-class _ChannelVectorsAsTensors(relax.PyExprMutator):
-    """A bias of shape ``(C,)`` added to an NHWC tensor as a ``(1, 1, 1, C)`` constant; a clip as maximum/minimum.
-
-    TensorFlow Lite's biases broadcast along the last axis; ``ConvertLayout``
-    cannot move a rank-1 operand to NCHW and transposes the tensor back to NHWC
-    instead. Of rank 4, the constant is transposed with the tensor and folds.
-    """
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
-        if _is_op(call, "relax.nn.conv2d") and call.attrs.data_layout == "NHWC":
-            return self._with_padding_folded(call)
-        if _is_op(call, "relax.clip") and _shape(call.args[0]) is not None and len(_shape(call.args[0])) == 4:
-            # ConvertLayout cannot move relax.clip: as maximum/minimum with scalars it moves, and stays blocked
-            dtype = call.args[0].ty.dtype
-            low, high = (float(getattr(bound.value, "value", bound.value)) for bound in call.args[1:3])
-            return relax.op.minimum(relax.op.maximum(call.args[0], relax.const(low, dtype)), relax.const(high, dtype))
-        if not _is_op(call, _BINARY) or len(call.args) != 2:
-            return call
-        args = list(call.args)
-        for index in (0, 1):
-            constant, other = args[index], _shape(args[1 - index])
-            if (isinstance(constant, tvm.ir.expr.Constant) and other is not None and len(other) == 4
-                    and len(constant.value.shape) == 1 and constant.value.shape[0] == other[3] > 1):
-                value = constant.value.numpy()
-                args[index] = relax.const(value.reshape(1, 1, 1, -1), constant.value.dtype)
-                return relax.Call(call.op, args, call.attrs)
-        return call
-
-    def _with_padding_folded(self, conv: relax.Call) -> relax.Expr:
-        """A zero ``PAD`` of H and W before an NHWC convolution (Keras' ``ZeroPadding2D``) as the convolution's padding.
-
-        ``ConvertLayout`` cannot move ``nn.pad``: left, the tensor went back to NHWC for it and stayed so to the
-        next convolution (DenseNet's and NASNet's concats, ResNet-50's stem).
-        """
-        data = conv.args[0]
-        bound = self.lookup_binding(data) if isinstance(data, relax.Var) else None
-        if not _is_op(bound, "relax.nn.pad") or bound.attrs.pad_mode != "constant":
-            return conv
-        value = getattr(bound.attrs, "pad_value", 0.0)
-        widths = [int(w) for w in bound.attrs.pad_width]
-        if float(getattr(value, "value", value) or 0.0) != 0.0 or len(widths) != 8 or any(widths[i] for i in (0, 1, 6, 7)):
-            return conv
-        top, bottom, left, right = widths[2:6]
-        padding = [int(p) for p in conv.attrs.padding]
-        attrs = conv.attrs
-        return relax.op.nn.conv2d(
-            bound.args[0], conv.args[1], strides=attrs.strides,
-            padding=[padding[0] + top, padding[1] + left, padding[2] + bottom, padding[3] + right],
-            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
-            kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout, out_dtype=attrs.out_dtype,
-        )
 
 
 def lower_blocked(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
@@ -642,69 +566,4 @@ def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     return bb.call_te(
         topi.nn.conv2d_NCHWc, data, kernel, attrs.strides, attrs.padding, attrs.dilation,
         layout, attrs.out_layout or layout, out_dtype, primfunc_name_hint="conv2d_NCHWc",
-    )
-
-
-def depthwise_conv2d_nchwc(
-    data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilation: Any, out_dtype: str
-) -> te.Tensor:
-    """Depthwise convolution, ``NCHW{b}c`` data and ``OIHW1i{b}o`` weights (channel multiplier 1)."""
-    batch, chunks, height, width, lanes = data.shape
-    _chunks, _one, kernel_h, kernel_w, _one_i, _lanes = kernel.shape
-    stride_h, stride_w = (int(s) for s in strides)
-    dilation_h, dilation_w = (int(d) for d in dilation)
-    top, left, bottom, right = (int(p) for p in padding)
-    if top or left or bottom or right:
-        data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
-    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
-    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
-    ry = te.reduce_axis((0, kernel_h), name="ry")
-    rx = te.reduce_axis((0, kernel_w), name="rx")
-    return te.compute(
-        (batch, chunks, out_h, out_w, lanes),
-        lambda n, c, y, x, v: te.sum(
-            data[n, c, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w, v].astype(out_dtype)
-            * kernel[c, 0, ry, rx, 0, v].astype(out_dtype),
-            axis=[ry, rx],
-        ),
-        name="depthwise_conv2d_NCHWc",
-    )
-
-
-def group_conv2d_nchwc(
-    data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilation: Any, groups: int, out_dtype: str
-) -> te.Tensor:
-    """Grouped convolution, ``NCHW{b}c`` data and ``OIHW{b}i{b}o`` weights, each group a whole number of blocks.
-
-    ``ConvertLayout`` blocks a grouped convolution only where blocks divide each group's input and output
-    channels (RegNet's and ResNeXt's wide groups); the weight's input axis is then one group's channels, so
-    output block ``c`` reads the input blocks of its own group only. TOPI 0.27 has no such compute.
-    """
-    batch, in_chunks, height, width, lanes = data.shape
-    out_chunks, group_in_chunks, kernel_h, kernel_w, _in_lanes, out_lanes = kernel.shape
-    groups = int(groups)
-    out_chunks_per_group = int(out_chunks) // groups
-    if int(in_chunks) != groups * int(group_in_chunks) or int(out_chunks) % groups:
-        raise ValueError(f"a grouped conv2d_NCHWc needs whole blocks per group, got {groups} groups of "
-                         f"{data.shape} data and {kernel.shape} weights instead")
-    stride_h, stride_w = (int(s) for s in strides)
-    dilation_h, dilation_w = (int(d) for d in dilation)
-    top, left, bottom, right = (int(p) for p in padding)
-    if top or left or bottom or right:
-        data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
-    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
-    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
-    ic = te.reduce_axis((0, group_in_chunks), name="ic")
-    iv = te.reduce_axis((0, lanes), name="iv")
-    ry = te.reduce_axis((0, kernel_h), name="ry")
-    rx = te.reduce_axis((0, kernel_w), name="rx")
-    return te.compute(
-        (batch, out_chunks, out_h, out_w, out_lanes),
-        lambda n, c, y, x, v: te.sum(
-            data[n, c // out_chunks_per_group * group_in_chunks + ic, y * stride_h + ry * dilation_h,
-                 x * stride_w + rx * dilation_w, iv].astype(out_dtype)
-            * kernel[c, ic, ry, rx, iv, v].astype(out_dtype),
-            axis=[ic, ry, rx, iv],
-        ),
-        name="group_conv2d_NCHWc",
     )

@@ -17,7 +17,6 @@ the builder and runner are made, :meth:`~TuningPipeline.tune`,
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import math
 import os

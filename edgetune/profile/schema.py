@@ -346,8 +346,9 @@ class TuningSettings:
     # after the tune, the same model in the runtime a user would otherwise run, timed beside the delivered one
     baseline: str = declare(
         _name_list(tuple(b for b in BASELINES if b != "none"), "none"), "none",
-        flag="after tuning, time the same model file in these runtimes beside the delivered one, on this machine, "
-        "same threads and input (the embedded board only, so far): onnxruntime (an ONNX model), litert (a .tflite "
+        flag="after tuning, time the same model file in these runtimes beside the delivered one on the board (this "
+        "machine for the embedded board, a provisioned --board over SSH), same threads and input, each alone in "
+        "blocks after a pause with the runtime's default options: onnxruntime (an ONNX model), litert (a .tflite "
         "model), both comma-separated, or none (default)",
     )
     # MetaSchedule's RewriteLayout on CPU targets: a schedule may keep a constant weight in the layout its loops read,

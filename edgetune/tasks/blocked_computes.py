@@ -12,12 +12,9 @@ from typing import Any
 from tvm import te, topi
 
 
-def depthwise_conv2d_nchwc(
-    data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilation: Any, out_dtype: str
-) -> te.Tensor:
-    """Depthwise convolution, ``NCHW{b}c`` data and ``OIHW1i{b}o`` weights (channel multiplier 1)."""
-    batch, chunks, height, width, lanes = data.shape
-    _chunks, _one, kernel_h, kernel_w, _one_i, _lanes = kernel.shape
+def _padded(data: te.Tensor, size: Any, kernel: Any, strides: Any, padding: Any, dilation: Any) -> tuple[Any, ...]:
+    """Blocked data padded on H and W, the output's height and width, and the strides and dilation as ints."""
+    (height, width), (kernel_h, kernel_w) = size, kernel
     stride_h, stride_w = (int(s) for s in strides)
     dilation_h, dilation_w = (int(d) for d in dilation)
     top, left, bottom, right = (int(p) for p in padding)
@@ -25,6 +22,17 @@ def depthwise_conv2d_nchwc(
         data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
     out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
     out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    return data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w)
+
+
+def depthwise_conv2d_nchwc(
+    data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilation: Any, out_dtype: str
+) -> te.Tensor:
+    """Depthwise convolution, ``NCHW{b}c`` data and ``OIHW1i{b}o`` weights (channel multiplier 1)."""
+    batch, chunks, height, width, lanes = data.shape
+    _chunks, _one, kernel_h, kernel_w, _one_i, _lanes = kernel.shape
+    data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded(
+        data, (height, width), (kernel_h, kernel_w), strides, padding, dilation)
     ry = te.reduce_axis((0, kernel_h), name="ry")
     rx = te.reduce_axis((0, kernel_w), name="rx")
     return te.compute(
@@ -54,13 +62,8 @@ def group_conv2d_nchwc(
     if int(in_chunks) != groups * int(group_in_chunks) or int(out_chunks) % groups:
         raise ValueError(f"a grouped conv2d_NCHWc needs whole blocks per group, got {groups} groups of "
                          f"{data.shape} data and {kernel.shape} weights instead")
-    stride_h, stride_w = (int(s) for s in strides)
-    dilation_h, dilation_w = (int(d) for d in dilation)
-    top, left, bottom, right = (int(p) for p in padding)
-    if top or left or bottom or right:
-        data = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="data_pad")
-    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
-    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded(
+        data, (height, width), (kernel_h, kernel_w), strides, padding, dilation)
     ic = te.reduce_axis((0, group_in_chunks), name="ic")
     iv = te.reduce_axis((0, lanes), name="iv")
     ry = te.reduce_axis((0, kernel_h), name="ry")

@@ -14,7 +14,8 @@ import tvm.s_tir.meta_schedule as ms
 from conftest import SESSION_KEY, run_cli
 from edgetune.errors import LibraryError, OptionError
 from edgetune.schedules import family_of, load_library
-from edgetune.schedules.library import export_library, import_library, write_library
+from edgetune.schedules.export import export_library
+from edgetune.schedules.library import import_library, write_library
 from edgetune.schedules.use import choose_library
 
 pytestmark = pytest.mark.integration

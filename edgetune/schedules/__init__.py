@@ -7,7 +7,8 @@ package (tuning uses a library; a library never imports tuning).
 """
 
 from ..common.cpu_family import CpuFamily, family_of
-from .library import LIBRARY_FORMAT, LIBRARY_VERSION, ScheduleLibrary, export_library, load_library, merge_libraries
+from .export import export_library
+from .library import LIBRARY_FORMAT, LIBRARY_VERSION, ScheduleLibrary, load_library, merge_libraries
 
 __all__ = ["CpuFamily", "LIBRARY_FORMAT", "LIBRARY_VERSION", "ScheduleLibrary", "export_library", "family_of", "load_library",
            "merge_libraries"]

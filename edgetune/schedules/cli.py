@@ -95,7 +95,7 @@ def _export(args: argparse.Namespace) -> int:
     from ..measure.runner import timing_of
     from ..profile import load_profile
     from ..tasks.graph import layout_name
-    from .library import export_library
+    from .export import export_library
 
     profile = load_profile(args.profile)
     history = open_history(args.db, read_only=True, timing=timing_of(profile))

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import OptionError, TuningInterrupted
-from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary, export_library
+from ..schedules.export import export_library
+from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary
 from .progress import ProgressSink, TaskProgress, TuneProgress
 
 #: seconds between two progress lines of one model (a model of the zoo can take an hour)
@@ -168,25 +169,32 @@ def build_library(
     if out is not None and not built and missing_from is not None:
         say(f"nothing to build: {_name(missing_from)} holds every task of the zoo; {out} not written")
     if out is not None and built:
-        from ..history import open_history
-        from ..measure.runner import timing_of
-        from ..tasks.graph import layout_name
-
         # a model the build stopped in is named with how far it got: a library user must not take it as done
         covered = [b.label(_name(missing_from)) for b in built]
-        history = open_history(db, read_only=True, timing=timing_of(profile))
-        try:
-            target = profile.tvm_target()
-            library = export_library(history, out, target, top_k=top_k, budget_per_workload=budget_per_workload,
-                                     zoo=covered, measured_on=_measured_on(target, tracker),
-                                     conv_layout=layout_name(profile.tuning.conv_layout, target))
-        finally:
-            history.close()
+        library = _export(profile, db, out, covered, top_k=top_k, budget_per_workload=budget_per_workload, tracker=tracker)
         say(f"wrote {out}: {len(library.workloads)} workloads"
             + (f" (the build stopped part-way; zoo: {', '.join(covered)})" if len(built) < len(zoo) or stopped else ""))
     if stopped is not None and not timed_out:
         raise stopped
     return built, library
+
+
+def _export(
+    profile: Any, db: str, out: Path, covered: list[str], *, top_k: int, budget_per_workload: int, tracker: str | None
+) -> ScheduleLibrary:
+    """Write the library of what ``db`` holds for the profile's target, its header naming the ``covered`` zoo."""
+    from ..history import open_history
+    from ..measure.runner import timing_of
+    from ..tasks.graph import layout_name
+
+    history = open_history(db, read_only=True, timing=timing_of(profile))
+    try:
+        target = profile.tvm_target()
+        return export_library(history, out, target, top_k=top_k, budget_per_workload=budget_per_workload,
+                              zoo=covered, measured_on=_measured_on(target, tracker),
+                              conv_layout=layout_name(profile.tuning.conv_layout, target))
+    finally:
+        history.close()
 
 
 def _print_now(message: str) -> None:

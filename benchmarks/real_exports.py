@@ -14,7 +14,7 @@ torchvision's wheel carries compiled operators (``torchvision::nms``...) that
 do not load against the CPU-only torch the project pins; the model
 definitions do not need them, so :func:`torchvision_module` imports the
 definitions without the package's operator registration. Needs
-``pip install torchvision`` (0.28 pairs with torch 2.13).
+``pip install -e ".[bench]"`` (torchvision 0.28 pairs with torch 2.13).
 
 Usage::
 
@@ -71,7 +71,7 @@ def torchvision_module(name: str) -> Any:
         return importlib.import_module(f"torchvision.models.{name}")
     spec = importlib.util.find_spec("torchvision")
     if spec is None or spec.origin is None:
-        raise SystemExit("real_exports: torchvision is not installed (pip install 'torchvision==0.28.*')")
+        raise SystemExit("real_exports: torchvision is not installed (pip install -e '.[bench]')")
     root = os.path.dirname(spec.origin)
     for package, path in (("torchvision", root), ("torchvision.models", os.path.join(root, "models"))):
         if package not in sys.modules:

@@ -66,10 +66,11 @@ def _ops(mod, name: str) -> int:
     return found
 
 
-@pytest.mark.parametrize("family", ["mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "resnet50"])
+@pytest.mark.parametrize("family", ["mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "resnet50", "densenet121"])
 def test_keras_models_are_blocked_like_onnx_ones_and_match_litert(family: str) -> None:
     """The Keras fixtures (tests/data/tflite) in the host's blocked layout: every convolution from NHWC, a zero
-    PAD before a convolution (ResNet-50's stem) folded into it, outputs as LiteRT's."""
+    PAD before a convolution or before a max pool after a ReLU (ResNet-50's and DenseNet's stems) folded into
+    it, no transpose inside the network, outputs as LiteRT's."""
     from ai_edge_litert.interpreter import Interpreter
 
     from edgetune.profile import load_profile
@@ -81,10 +82,13 @@ def test_keras_models_are_blocked_like_onnx_ones_and_match_litert(family: str) -
     blocked = prepare_graph(model, "NCHWc", "full", target)
     (entry,) = [p for p in blocked.graph.passes if p.name.startswith("layout-")]
     assert entry.status == "applied" and f"{convs} from NHWC" in entry.detail, blocked.graph.describe()
-    if family == "resnet50":
+    if family in ("resnet50", "densenet121"):
         from edgetune.tasks.nhwc import channels_first
 
-        assert _ops(model.mod, "relax.nn.pad") == 2 and _ops(channels_first(model.mod, target)[0], "relax.nn.pad") == 1
+        first = channels_first(model.mod, target)[0]
+        assert _ops(model.mod, "relax.nn.pad") == 2 and _ops(first, "relax.nn.pad") == 0
+        # the input's transpose only: before, DenseNet's dense blocks concatenated in NHWC between 124 of them
+        assert _ops(first, "relax.permute_dims") == 1
     inputs = model.random_inputs(seed=0)
     with tvm.transform.PassContext(opt_level=3):
         vm = relax.VirtualMachine(relax.build(blocked.mod, target=target), tvm.cpu())
@@ -96,3 +100,30 @@ def test_keras_models_are_blocked_like_onnx_ones_and_match_litert(family: str) -
     interpreter.invoke()
     theirs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_a_zero_pad_before_a_max_pool_folds_only_when_nothing_padded_is_negative(relu: bool) -> None:
+    """Zeros and a max pool's own padding (the lowest value) agree only on values that are at least zero."""
+    from edgetune.tasks.nhwc import channels_first
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 4), "float32"))
+    weight = relax.const(np.random.default_rng(0).standard_normal((3, 3, 4, 4)).astype("float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            conv = builder.emit(relax.op.nn.conv2d(x, weight, padding=[1, 1, 1, 1], data_layout="NHWC", kernel_layout="HWIO"))
+            act = builder.emit(relax.op.nn.relu(conv)) if relu else conv
+            padded = builder.emit(relax.op.nn.pad(act, [0, 0, 1, 1, 1, 1, 0, 0], pad_value=0.0))
+            pooled = builder.emit_output(relax.op.nn.max_pool2d(padded, pool_size=[3, 3], strides=[2, 2], layout="NHWC"))
+        builder.emit_func_output(pooled)
+    mod = builder.get()
+    converted, _ = channels_first(mod, TARGET)
+    assert _ops(converted, "relax.nn.pad") == (0 if relu else 1)
+    inputs = [tvm.runtime.tensor(np.random.default_rng(1).standard_normal((1, 8, 8, 4)).astype("float32"))]
+    outputs = []
+    for module in (mod, converted):
+        with tvm.transform.PassContext(opt_level=3):
+            vm = relax.VirtualMachine(relax.build(module, target=TARGET), tvm.cpu())
+        outputs.append(vm["main"](*inputs).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-5)

@@ -19,7 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
-MODELS = {"mobilenet_v2": "MobileNetV2", "mobilenet": "MobileNet", "resnet50": "ResNet50"}
+MODELS = {
+    "mobilenet": "MobileNet", "mobilenet_v2": "MobileNetV2", "mobilenet_v3_small": "MobileNetV3Small",
+    "mobilenet_v3_large": "MobileNetV3Large", "efficientnet_b0": "EfficientNetB0", "resnet50": "ResNet50",
+    "densenet121": "DenseNet121", "nasnet_mobile": "NASNetMobile",
+}
 
 
 def main() -> int:
@@ -28,6 +32,8 @@ def main() -> int:
     parser.add_argument("--res", type=int, default=224)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--int8", action="store_true",
+                        help="full-integer post-training quantization (int8 in and out), calibrated on 8 random inputs")
     args = parser.parse_args()
     import tensorflow as tf
 
@@ -35,7 +41,21 @@ def main() -> int:
     network = getattr(tf.keras.applications, MODELS[args.model])(
         weights=None, input_shape=(args.res, args.res, 3), classes=1000, classifier_activation=None
     )
-    data = tf.lite.TFLiteConverter.from_keras_model(network).convert()
+    converter = tf.lite.TFLiteConverter.from_keras_model(network)
+    if args.int8:
+        import numpy as np
+
+        rng = np.random.default_rng(args.seed)
+
+        def calibration():
+            for _ in range(8):
+                yield [rng.uniform(-1, 1, (1, args.res, args.res, 3)).astype("float32")]
+
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = calibration
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = converter.inference_output_type = tf.int8
+    data = converter.convert()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(data)
     print(f"{args.out}: {len(data) / 1e6:.1f} MB, {network.count_params()} parameters")

@@ -5,7 +5,7 @@ through PyTorch's exporters), trials per task, seed and variant (profile
 overrides such as ``tuning.lagging_trials=0``), ``run_tune`` tunes it from
 an empty history with the shipped library (the pipeline of ``edgetune
 tune``; only the variant's settings differ) and the delivered ``model.so`` is
-timed against ONNX Runtime with the product's one protocol
+timed against ONNX Runtime (LiteRT for a ``.tflite``, ``--baseline``) with the product's one protocol
 (:func:`edgetune.board.baseline.compare_with_baseline`: each runtime alone in
 alternating blocks after a pause, ONNX Runtime with its default options).
 
@@ -59,7 +59,7 @@ def parse_variant(text: str) -> dict[str, dict[str, Any]]:
 
 
 def run_row(path: Path, per_task: int, seed: int, variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    from edgetune.board.baseline import compare_with_baseline
+    from edgetune.board.baseline import RUNTIME_FORMATS, compare_with_baseline
     from edgetune.profile import load_profile
     from edgetune.tasks import load_model
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
@@ -85,9 +85,11 @@ def run_row(path: Path, per_task: int, seed: int, variant: str, args: argparse.N
         return {**row, "error": f"tune: {str(error).strip().splitlines()[0]}"}
     row["tune_wall_s"] = time.monotonic() - started
     time.sleep(args.pause)
-    onnx_bytes = model.bytes_for("onnx")
-    timing = compare_with_baseline("onnxruntime", summary.artifact, onnx_bytes, model.random_inputs(seed=0),
-                                   profile.device.num_threads, rounds=args.rounds, given_as=model.format)
+    runtime = args.baseline or ("litert" if model.format == "tflite" else "onnxruntime")
+    row["baseline"] = runtime
+    timing = compare_with_baseline(runtime, summary.artifact, model.bytes_for(RUNTIME_FORMATS[runtime]),
+                                   model.random_inputs(seed=0), profile.device.num_threads, rounds=args.rounds,
+                                   given_as=model.format)
     row["load_after"] = os.getloadavg()[0]
     if timing.error is not None:
         return {**row, "error": f"baseline: {timing.error}"}
@@ -110,7 +112,7 @@ def run_row(path: Path, per_task: int, seed: int, variant: str, args: argparse.N
 
 def report(rows: list[dict[str, Any]]) -> str:
     """Per model, trials per task and variant: the median ratio over seeds, its spread, and the failures."""
-    lines = ["| model | per task | variant | seeds | tuned / ONNX Runtime (median) | min-max | exact/adapted/default | searched first |",
+    lines = ["| model | per task | variant | seeds | tuned / baseline (median) | min-max | exact/adapted/default | searched first |",
              "|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["model"], r["per_task"], r["variant"]) for r in rows})
     for model, per_task, variant in keys:
@@ -132,7 +134,9 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="+", type=Path, help="model files (.onnx, .pt2)")
+    parser.add_argument("models", nargs="+", type=Path, help="model files (.onnx, .pt2, .tflite)")
+    parser.add_argument("--baseline", choices=["onnxruntime", "litert"], default=None,
+                        help="the runtime compared against (default: LiteRT for .tflite, ONNX Runtime otherwise)")
     parser.add_argument("--per-task", type=int, nargs="+", default=[2])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--variant", action="append", default=[], help="'default' or SECTION.KEY=VALUE[,...]; repeatable")

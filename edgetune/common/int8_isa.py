@@ -51,3 +51,7 @@ def int8_instruction(target: Any) -> str:
 def wants_unsigned_activations(instruction: str) -> bool:
     """Whether ``instruction`` multiplies uint8 activations by int8 weights (x86's VNNI) rather than int8 by int8."""
     return instruction in UNSIGNED_ACTIVATIONS
+
+
+#: int32 sums one instruction call produces: output channels per weight tile (each tile x 4 input channels)
+OUTPUT_LANES: dict[str, int] = {"avx512-vnni": 16, "avx-vnni": 8, "sdot": 4, "neon": 4}

@@ -164,3 +164,24 @@ def UnrollAroundTensorized() -> Any:  # noqa: N802 - a postproc constructor, nam
     if not _POSTPROC_CLASS:
         _POSTPROC_CLASS.append(_make_postproc_class())
     return _POSTPROC_CLASS[0]()
+
+
+def with_int8_spaces(contexts: list[Any], strategy: Any) -> list[Any]:
+    """``contexts`` with each int8 task's space replaced by :func:`int8_space` (where the target has an intrinsic).
+
+    Float tasks keep MetaSchedule's default space for the target, so their search is what it was.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    out = []
+    for context in contexts:
+        space = int8_space(context.target) if is_int8_workload(context.mod) else None
+        if space is None:
+            out.append(context)
+            continue
+        out.append(ms.TuneContext(
+            mod=context.mod, target=context.target, space_generator=space, search_strategy=strategy,
+            task_name=context.task_name, logger=context.logger, rand_state=int(context.rand_state),
+            num_threads=context.num_threads,
+        ).clone())
+    return out

@@ -38,6 +38,7 @@ from ..board.base import Board
 from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import BuildStats, WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
+from ..search.int8_space import with_int8_spaces
 from ..common.failure import is_failed
 from ..errors import EdgetuneError, ModelError, TuningInterrupted
 from ..history import open_history
@@ -411,7 +412,7 @@ class TuningPipeline:
         finally:
             for handler in unnamed:
                 ms_logger.addHandler(handler)
-        return list(contexts), [float(w) for w in weights]
+        return with_int8_spaces(list(contexts), strategy), [float(w) for w in weights]
 
     def make_task_scheduler(self, awaits: bool) -> Any:
         if self.components.task_scheduler is not None:

@@ -38,6 +38,7 @@ from ..board.base import Board
 from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import BuildStats, WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
+from ..common.int8_isa import int8_instruction
 from ..search.int8_space import with_int8_spaces
 from ..common.failure import is_failed
 from ..errors import EdgetuneError, ModelError, TuningInterrupted
@@ -901,6 +902,7 @@ class TuningPipeline:
             model=_model_info(session.model, self.components.tasks),
             profile=self.profile.name,
             target=session.target.export(),
+            int8_instruction=int8_instruction(session.target),
             board=BoardInfo(session.board.label, f"{session.address.host}:{session.address.port}", self.key),
             history=session.history.url,
             trials=TrialCounts(

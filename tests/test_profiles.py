@@ -60,8 +60,8 @@ def cli(*argv: str) -> int:
 
 
 def test_bundled_set_is_complete() -> None:
-    expected = {"rk3399", "rk3399-mali", "opencl", "rpi3", "rpi4", "rpi5", "rpi3-32", "rpi4-32", "jetson-orin",
-                "x86-64", "cuda", "host"}
+    expected = {"rk3399", "rk3399-mali", "rk3588", "opencl", "rpi3", "rpi4", "rpi5", "rpi3-32", "rpi4-32",
+                "jetson-orin", "x86-64", "cuda", "host"}
     assert expected <= set(BUNDLED)
     assert [p.name for p in list_profiles()] == BUNDLED
 
@@ -529,3 +529,24 @@ def test_a_flag_is_checked_like_its_profile_key() -> None:
     assert options.profile.tuning.library_schedules == 2 and options.profile.tuning.sampler == "none"
     with pytest.raises(ProfileError, match=r"key 'tuning.library_schedules' must be an integer >= 1, got 0 \(int\) instead"):
         tune_options("demo:tiny-cnn", "host", library_schedules=0)
+
+
+@pytest.mark.parametrize(("name", "instruction"), [("rpi5", "sdot"), ("rk3588", "sdot"), ("rpi4", "neon"), ("rk3399", "neon"),
+                                                  ("rpi3", "neon"), ("rpi4-32", "none"), ("x86-64", "none"), ("cuda", "none")])
+def test_each_profile_says_which_int8_instruction_it_uses(name: str, instruction: str) -> None:
+    """Derived from the target's features (rpi5/rk3588: +dotprod; armv7 profiles: no int8 intrinsic in TVM)."""
+    profile = load_profile(name)
+    assert profile.int8_instruction() == instruction
+    assert f"int8:        {instruction} " in profile.describe()
+
+
+def test_the_host_profiles_int8_instruction_follows_this_cpu() -> None:
+    """``mcpu = "native"``: VNNI exactly where /proc/cpuinfo lists it."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = {flag for line in f if line.startswith("flags") for flag in line.split()}
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    expected = "avx512-vnni" if {"avx512_vnni", "avx512bw"} <= flags else "avx-vnni" if "avx_vnni" in flags else "none"
+    assert load_profile("host").int8_instruction() == expected

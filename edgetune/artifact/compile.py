@@ -74,7 +74,10 @@ def _compile_cpu(database: Any, mod: Any, target: Any, prepack_weights: bool) ->
     from tvm import relax
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
+    from ..builder.intrinsics import load_tensor_intrinsics
     from ..tasks.models import prepare_for_tuning
+
+    load_tensor_intrinsics(target)  # records of int8 kernels tensorize with the target's intrinsics (by name)
 
     @tvm.transform.module_pass(opt_level=3)
     def _pipeline(mod: Any, _ctx: Any) -> Any:

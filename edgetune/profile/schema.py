@@ -499,6 +499,20 @@ class DeviceProfile:
 
         return tvm_support.build_target(self)
 
+    def int8_instruction(self) -> str:
+        """The dot-product instruction int8 kernels use on this profile's target (``avx512-vnni``, ``sdot``... ``none``).
+
+        Read from the target's CPU features (``mcpu``/``mattr``; ``mcpu = "native"`` is this host's CPU by now);
+        a target TVM rejects has none.
+        """
+        from edgetune.common.int8_isa import NONE, int8_instruction
+        from edgetune.errors import EdgetuneError
+
+        try:
+            return int8_instruction(self.tvm_target())
+        except EdgetuneError:
+            return NONE
+
     def check_buildable(self) -> None:
         """Raise ``TargetError`` unless this machine can compile candidates for the profile."""
         from edgetune.profile import tvm_support
@@ -561,6 +575,7 @@ class DeviceProfile:
                 f"{t.search_strategy} search, {t.task_scheduler} scheduler, seed {t.seed}",
             ),
             ("device", f"{d.arch}, {d.num_threads} thread{'s' if d.num_threads != 1 else ''} {pinning}, {peak}"),
+            ("int8", f"{self.int8_instruction()} (the dot-product instruction of int8 kernels)"),
         ]
         if self.resolved:
             rows.append(("resolved", "; ".join(f"{key}: {how}" for key, how in self.resolved.items())))

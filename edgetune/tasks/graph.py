@@ -162,6 +162,9 @@ def prepare_graph(
             ("decompose-batch-norm", _decompose_batch_norms),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
         ]
+    if target is not None:
+        # before any layout pass: int8 convolutions become the instruction's kernels, which no layout pass touches
+        passes.append(("int8-kernels", _int8_kernels(target)))
     fast = [("fast-math", apply_fast_math)] if optimization == "full" and fast_math else []
     layout = f"layout-{conv_layout}"
     if is_blocked(conv_layout):
@@ -207,6 +210,15 @@ def _run_pass(
 def _relax_pass(transform: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
     def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
         return transform(mod), ""
+
+    return apply
+
+
+def _int8_kernels(target: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
+    def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+        from .int8 import int8_kernels
+
+        return int8_kernels(mod, target)
 
     return apply
 

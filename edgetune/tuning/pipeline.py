@@ -38,6 +38,8 @@ from ..board.base import Board
 from ..board.rpc_tracker import TrackerAddress
 from ..builder.builder import BuildStats, WarmBuilder
 from ..builder.intrinsics import load_tensor_intrinsics
+from ..common.int8_isa import int8_instruction
+from ..search.int8_space import with_int8_spaces
 from ..common.failure import is_failed
 from ..errors import EdgetuneError, ModelError, TuningInterrupted
 from ..history import open_history
@@ -411,7 +413,7 @@ class TuningPipeline:
         finally:
             for handler in unnamed:
                 ms_logger.addHandler(handler)
-        return list(contexts), [float(w) for w in weights]
+        return with_int8_spaces(list(contexts), strategy), [float(w) for w in weights]
 
     def make_task_scheduler(self, awaits: bool) -> Any:
         if self.components.task_scheduler is not None:
@@ -900,6 +902,7 @@ class TuningPipeline:
             model=_model_info(session.model, self.components.tasks),
             profile=self.profile.name,
             target=session.target.export(),
+            int8_instruction=int8_instruction(session.target),
             board=BoardInfo(session.board.label, f"{session.address.host}:{session.address.port}", self.key),
             history=session.history.url,
             trials=TrialCounts(

@@ -228,6 +228,8 @@ class TuneSummary:
     schedules: dict[str, Any] | None = None
     # where the host's time went (HostTime as a dict); None for older summaries
     host_time: dict[str, Any] | None = None
+    # the dot-product instruction int8 kernels were tensorized with (common.int8_isa); "" for older summaries
+    int8_instruction: str = ""
 
     def host_time_lines(self) -> list[str]:
         """Host seconds per measured trial by component (empty for older summaries)."""
@@ -239,6 +241,7 @@ class TuneSummary:
         """How the graph was prepared and what kernels it left, one line each (empty for older summaries)."""
         if not self.graph:
             return []
+        int8 = [f"int8 instruction: {self.int8_instruction}"] if self.int8_instruction else []
         from ..tasks.blocking import UnblockedConv
         from ..tasks.graph import GraphPass, GraphReport
         from ..tasks.inventory import Kernel, KernelInventory
@@ -252,7 +255,7 @@ class TuneSummary:
         lines = [GraphReport(graph["optimization"], graph["conv_layout"], passes, unblocked).describe()]
         if graph.get("kernels"):
             lines.append(KernelInventory([Kernel(**k) for k in graph["kernels"]["kernels"]]).describe())
-        return lines
+        return lines + int8
 
     def kernel_classes(self) -> dict[str, str]:
         """Task name -> its kernel class ("compute" / "memory: elementwise", ...), from the graph's inventory."""

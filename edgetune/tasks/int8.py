@@ -1,0 +1,224 @@
+"""Integer convolutions and dense layers in the form the target's dot-product instruction reads.
+
+A quantized model's integer operators (``conv2d``/``matmul`` of int8 data and
+constant int8 weights, ``out_dtype="int32"``, then a bias and the requantize
+epilogue: the canonical form of the quantize pass) become one ``call_tir`` each
+of an int8 compute whose innermost loops are the instruction's tile
+(:mod:`edgetune.search.int8_space` tensorizes them):
+
+* data channels-last (``NHWC``), so 4 input channels are contiguous: one
+  transpose from ``NCHW``, which ``FuseOps`` fuses into the producer's epilogue;
+* weights packed here, once, at compile time, into ``[KH, KW, O/L, I/4, L, 4]``
+  (``[N/L, K/4, L, 4]`` for dense): ``L`` output channels x 4 input channels per
+  tile, contiguous, which the intrinsic reads as one vector (``L`` = 16 for
+  AVX-512 VNNI, 8 for AVX-VNNI, 4 for ``sdot``/NEON). TVM 0.27's tensorize does
+  not check that a tile is contiguous, and ``RewriteLayout`` does not rewrite a
+  tensorized block's weight, so the graph guarantees it. Output channels are
+  zero-padded to whole tiles and sliced off after;
+* for VNNI, which multiplies *unsigned* activations, the activation is shifted
+  by +128 as uint8 and ``-128 * sum(w)`` per output channel is folded into the
+  int32 bias that follows (or added where none does).
+
+Left as they were (plain int8 schedules, and said in the pass's detail): grouped
+and depthwise convolutions (a depthwise conv has one input channel per group:
+no 4-channel dot product), implicit padding (the canonical form pads
+explicitly, with the zero point), input channels not a multiple of 4, and
+non-constant weights. A target with no instruction (``none``) keeps them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax, te
+from tvm.ir.expr import Constant
+
+from ..common.int8_isa import OUTPUT_LANES, int8_instruction, wants_unsigned_activations
+
+#: (data layout, kernel layout) of the int8 convolutions rewritten, and the kernel axes in (KH, KW, O, I) order
+_KERNEL_TO_HWOI = {("NCHW", "OIHW"): (2, 3, 0, 1), ("NHWC", "HWIO"): (0, 1, 3, 2), ("NHWC", "OHWI"): (1, 2, 0, 3)}
+
+
+def int8_kernels(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, str]:
+    """``mod`` with its int8 convolutions and dense layers in the instruction's form; the detail says how many."""
+    instruction = int8_instruction(target)
+    lanes = OUTPUT_LANES.get(instruction)
+    if lanes is None:
+        return mod, f"no int8 dot-product instruction on this target ({instruction})"
+    rewriter = _Int8Kernels(mod, lanes, wants_unsigned_activations(instruction))
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+    out = rewriter.builder_.get()
+    for gvar, func in out.functions_items():
+        if isinstance(func, relax.Function):
+            out[gvar] = relax.analysis.remove_all_unused(func)
+    out = relax.transform.Normalize()(out)
+    detail = f"{rewriter.converted} int8 kernels for {instruction}"
+    if rewriter.left:
+        detail += f"; {len(rewriter.left)} left as plain int8 ({', '.join(sorted(set(rewriter.left)))})"
+    return (out if rewriter.converted else mod), detail
+
+
+def _shape(expr: relax.Expr) -> list[int] | None:
+    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
+    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
+        return None
+    return [int(v) for v in values]
+
+
+def _dtype(expr: relax.Expr) -> str:
+    return str(getattr(getattr(expr, "ty", None), "dtype", ""))
+
+
+def _is_op(expr: Any, name: str) -> bool:
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+
+
+def _conv_compute(x: te.Tensor, w: te.Tensor, strides: tuple[int, int], dilation: tuple[int, int],
+                  out_hw: tuple[int, int]) -> te.Tensor:
+    """NHWC data x packed ``[KH, KW, O/L, I/4, L, 4]`` weights -> ``[N, OH, OW, O/L, L]`` int32."""
+    kh, kw, _, in_quads, _, _ = (int(d) for d in w.shape)
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    ko, ki = te.reduce_axis((0, in_quads), "ko"), te.reduce_axis((0, 4), "ki")
+    (sh, sw), (dh, dw) = strides, dilation
+    return te.compute(
+        (x.shape[0], out_hw[0], out_hw[1], w.shape[2], w.shape[4]),
+        lambda n, y, xx, oo, oi: te.sum(
+            x[n, y * sh + ry * dh, xx * sw + rx * dw, ko * 4 + ki].astype("int32")
+            * w[ry, rx, oo, ko, oi, ki].astype("int32"),
+            axis=[ry, rx, ko, ki],
+        ),
+        name="conv2d_int8",
+    )
+
+
+def _dense_compute(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+    """``[M, K]`` data x packed ``[N/L, K/4, L, 4]`` weights -> ``[M, N/L, L]`` int32."""
+    ko, ki = te.reduce_axis((0, w.shape[1]), "ko"), te.reduce_axis((0, 4), "ki")
+    return te.compute(
+        (x.shape[0], w.shape[0], w.shape[2]),
+        lambda m, oo, oi: te.sum(x[m, ko * 4 + ki].astype("int32") * w[oo, ko, oi, ki].astype("int32"), axis=[ko, ki]),
+        name="dense_int8",
+    )
+
+
+def _pack(weight: np.ndarray, lanes: int) -> tuple[np.ndarray, int]:
+    """``[..., O, I]`` weights -> ``[..., O/L, I/4, L, 4]``, output channels zero-padded to whole tiles."""
+    *lead, out_ch, in_ch = weight.shape
+    padded = -(-out_ch // lanes) * lanes
+    if padded != out_ch:
+        weight = np.concatenate([weight, np.zeros((*lead, padded - out_ch, in_ch), weight.dtype)], axis=-2)
+    tiles = weight.reshape(*lead, padded // lanes, lanes, in_ch // 4, 4)
+    order = list(range(len(lead))) + [len(lead), len(lead) + 2, len(lead) + 1, len(lead) + 3]
+    return np.ascontiguousarray(tiles.transpose(order)), padded
+
+
+@relax.expr_functor.mutator
+class _Int8Kernels(relax.PyExprMutator):
+    """Rewrites int8 ``conv2d``/``matmul`` calls (see the module docstring); counts what it did and did not."""
+
+    def __init__(self, mod: tvm.IRModule, lanes: int, unsigned: bool) -> None:
+        super().__init__(mod)
+        self.lanes, self.unsigned = lanes, unsigned
+        self.converted = 0
+        self.left: list[str] = []
+        self.compensation: dict[relax.Var, np.ndarray] = {}  # int32 result var -> the VNNI offset still to add
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if _is_op(call, "relax.nn.conv2d") and _dtype(call.args[0]) == "int8" and call.attrs.out_dtype == "int32":
+            new = self._conv(call)
+        elif _is_op(call, "relax.matmul") and _dtype(call.args[0]) == "int8" and call.attrs.out_dtype == "int32":
+            new = self._dense(call)
+        elif _is_op(call, "relax.add") and isinstance(call.args[1], Constant):
+            new = self._fold_compensation(call)
+        else:
+            new = None
+        return call if new is None else new
+
+    def _leave(self, why: str) -> None:
+        self.left.append(why)
+        return None
+
+    def _conv(self, call: relax.Call) -> relax.Expr | None:
+        attrs, (data, weight) = call.attrs, call.args
+        layouts = (str(attrs.data_layout), str(attrs.kernel_layout))
+        data_shape, out_shape = _shape(data), _shape(call)
+        if int(attrs.groups) != 1:
+            return self._leave("grouped or depthwise")
+        if not isinstance(weight, Constant) or _dtype(weight) != "int8":
+            return self._leave("weights not int8 constants")
+        if layouts not in _KERNEL_TO_HWOI or str(attrs.out_layout) not in ("", layouts[0]) or None in (data_shape, out_shape):
+            return self._leave(f"layout {layouts[0]}/{layouts[1]}")
+        if any(int(p) for p in attrs.padding):
+            return self._leave("implicit padding")
+        hwoi = weight.value.numpy().transpose(_KERNEL_TO_HWOI[layouts])
+        if hwoi.shape[3] % 4:
+            return self._leave("input channels not a multiple of 4")
+        packed, padded = _pack(hwoi, self.lanes)
+        x = data if layouts[0] == "NHWC" else self.builder_.emit(relax.op.permute_dims(data, [0, 2, 3, 1]))
+        x = self._activations(x)
+        out_hw = (out_shape[1], out_shape[2]) if layouts[0] == "NHWC" else (out_shape[2], out_shape[3])
+        blocked = self.builder_.emit(self.builder_.call_te(
+            _conv_compute, x, relax.const(packed), tuple(int(s) for s in attrs.strides),
+            tuple(int(d) for d in attrs.dilation), out_hw, primfunc_name_hint="conv2d_int8"))
+        out_ch = hwoi.shape[2]
+        y = self._unblock(blocked, [out_shape[0], *out_hw, padded], out_ch, axis=3)
+        if layouts[0] == "NCHW":
+            y = self.builder_.emit(relax.op.permute_dims(y, [0, 3, 1, 2]))
+        shape = (1, out_ch, 1, 1) if layouts[0] == "NCHW" else (1, 1, 1, out_ch)
+        return self._compensated(y, hwoi.astype(np.int64).sum(axis=(0, 1, 3)).reshape(shape))
+
+    def _dense(self, call: relax.Call) -> relax.Expr | None:
+        data, weight = call.args
+        data_shape = _shape(data)
+        if not isinstance(weight, Constant) or _dtype(weight) != "int8" or weight.value.numpy().ndim != 2:
+            return self._leave("dense weights not 2-D int8 constants")
+        if data_shape is None or len(data_shape) != 2 or data_shape[1] % 4:
+            return self._leave("dense data not [M, K] with K a multiple of 4")
+        nk = weight.value.numpy().T  # [N, K]
+        packed, padded = _pack(nk, self.lanes)
+        x = self._activations(data)
+        blocked = self.builder_.emit(self.builder_.call_te(
+            _dense_compute, x, relax.const(packed), primfunc_name_hint="dense_int8"))
+        y = self._unblock(blocked, [data_shape[0], padded], nk.shape[0], axis=1)
+        return self._compensated(y, nk.astype(np.int64).sum(axis=1))
+
+    def _activations(self, x: relax.Expr) -> relax.Expr:
+        """int8 activations as the instruction multiplies them: uint8 ``x + 128`` for VNNI (wrapping), else as they are."""
+        if not self.unsigned:
+            return x
+        as_u8 = self.builder_.emit(relax.op.astype(x, "uint8"))
+        return self.builder_.emit(relax.op.add(as_u8, relax.const(128, "uint8")))
+
+    def _unblock(self, blocked: relax.Expr, shape: list[int], channels: int, axis: int) -> relax.Expr:
+        """The blocked result reshaped to its plain shape, the padded output channels sliced off."""
+        y = self.builder_.emit(relax.op.reshape(blocked, shape))
+        if shape[axis] != channels:
+            y = self.builder_.emit(relax.op.strided_slice(y, axes=[axis], begin=[0], end=[channels]))
+        self.converted += 1
+        return y
+
+    def _compensated(self, y: relax.Expr, weight_sums: np.ndarray) -> relax.Expr:
+        """``y`` with the VNNI offset's product taken back out: ``- 128 * sum(w)`` per output channel."""
+        if not self.unsigned:
+            return y
+        offset = (-128 * weight_sums).astype(np.int32)
+        var = self.builder_.emit(y) if not isinstance(y, relax.Var) else y
+        self.compensation[var] = offset
+        return relax.op.add(var, relax.const(offset))
+
+    def _fold_compensation(self, call: relax.Call) -> relax.Expr | None:
+        """``(conv + offset) + bias`` as ``conv + (bias + offset)``: the offset folded into the int32 bias."""
+        source = call.args[0]
+        bound = self.lookup_binding(source) if isinstance(source, relax.Var) else None
+        if not (_is_op(bound, "relax.add") and isinstance(bound.args[0], relax.Var) and bound.args[0] in self.compensation):
+            return None
+        bias = call.args[1].value.numpy()
+        if bias.dtype != np.int32:
+            return None
+        offset = self.compensation[bound.args[0]]
+        return relax.op.add(bound.args[0], relax.const((bias.astype(np.int64) + offset).astype(np.int32)))

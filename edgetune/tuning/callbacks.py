@@ -16,8 +16,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from ..builder.builder import CachedArtifact
+from ..builder.builds import release_artifact, resolved_path
 from ..measure.runner import TrackerRunner
-from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere
+from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere, is_stopped_before_board
 from .progress import ProgressSink, TaskProgress, TuneProgress
 from ..common.interrupts import StopRequested
 
@@ -68,8 +69,8 @@ class RecordAndReport(PyMeasureCallback):
         missing = unavailable = 0
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             error = built.error_msg or ran.error_msg
-            artifact = built.artifact_path
-            if is_board_unavailable(error) or is_claimed_elsewhere(error):
+            artifact = resolved_path(built.artifact_path)  # a build the runner waited for: its real path
+            if is_board_unavailable(error) or is_claimed_elsewhere(error) or is_stopped_before_board(error):
                 # the board was missing (or another tuner measures it), not the program: not stored
                 task.unmeasured += 1
                 missing += 1
@@ -143,7 +144,10 @@ class RecordAndReport(PyMeasureCallback):
 
 
 def remove_artifact(path: str) -> None:
-    """Delete a built candidate and its (per-candidate) directory; already gone is fine."""
+    """Done with a built candidate: deleted with its directory, unless the process keeps it for reuse (builder.builds)."""
+    if release_artifact(path):
+        return
+    path = str(resolved_path(path))
     try:
         os.unlink(path)
         os.rmdir(os.path.dirname(path))

@@ -44,6 +44,7 @@ from ..history import open_history
 from ..costmodel.warmstart import WarmStartReport, warm_start
 from ..tasks.signature import operator_signature
 from ..measure.awaiting import AwaitingRunner
+from ..measure.pending import builds_beside_search
 from ..measure.runner import MeasureStats, TrackerRunner, timing_of
 from ..profile import DeviceProfile
 from ..provision.board import BoardChoice, choose_board, resolve_board
@@ -116,6 +117,7 @@ class Components:
     # (name, PrimFunc module, weight) tuned instead of the model's tasks; needs evaluate=False
     tasks: Sequence[tuple[str, Any, int]] | None = None
     load_intrinsics: bool = True  # register the target family's tensor intrinsics before the contexts
+    builds_beside: bool = True  # the search goes on while a batch builds (measure/pending.py); False: it waits, as before
 
 
 @dataclass
@@ -622,22 +624,24 @@ class TuningPipeline:
                 self.search_lagging_tasks_first(plan, session)
                 self.size_batches(plan, session)
                 outcome.scheduler = self.make_task_scheduler(session.awaits)
-                ms.tune_tasks(
-                    tasks=session.contexts,
-                    task_weights=session.weights,
-                    work_dir=str(RunDir(session.out_dir).build_logs),
-                    max_trials_global=plan.search_budget,
-                    max_trials_per_task=self.per_task_proposals(plan),
-                    num_trials_per_iter=plan.per_iter,
-                    builder=session.builder,
-                    runner=runner,
-                    # this target's records only: another board's latencies are on another scale, and its fastest
-                    # records would seed this search first (warm start and transfer weigh other boards themselves)
-                    database=session.history.for_target(session.target),
-                    cost_model=session.cost_model,
-                    measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks],
-                    task_scheduler=outcome.scheduler,
-                )
+                beside = self.components.builds_beside and not isinstance(runner, AwaitingRunner)
+                with builds_beside_search(session.builder, runner, self.stop.event, beside) as search_runner:
+                    ms.tune_tasks(
+                        tasks=session.contexts,
+                        task_weights=session.weights,
+                        work_dir=str(RunDir(session.out_dir).build_logs),
+                        max_trials_global=plan.search_budget,
+                        max_trials_per_task=self.per_task_proposals(plan),
+                        num_trials_per_iter=plan.per_iter,
+                        builder=session.builder,
+                        runner=search_runner,
+                        # this target's records only: another board's latencies are on another scale, and its fastest
+                        # records would seed this search first (warm start and transfer weigh other boards themselves)
+                        database=session.history.for_target(session.target),
+                        cost_model=session.cost_model,
+                        measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks],
+                        task_scheduler=outcome.scheduler,
+                    )
                 if self.stop.event.is_set():
                     # MetaSchedule's stock schedulers catch a callback's StopRequested, end
                     # that task and return normally once every task has ended
@@ -955,7 +959,7 @@ class TuningPipeline:
             graph=_graph_info(session.model, plan.inventory),
             schedules=library.to_dict() if library is not None else None,
             host_time=dataclasses.asdict(host_time(
-                outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds,
+                outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds + builder_stats.waited_seconds,
                 runner_stats.device_seconds + runner_stats.upload_seconds + runner_stats.session_seconds,
                 runner_stats.measured,
             )),

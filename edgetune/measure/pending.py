@@ -11,6 +11,10 @@ A failed build comes back as that candidate's runner error (its builder's
 message, recorded as before). Once the run is stopping (Ctrl-C), a batch not
 yet sent to the board is not sent: its candidates come back unmeasured
 (:data:`~edgetune.common.failure.STOPPED_BEFORE_BOARD`), and are not stored.
+
+Its futures are also where the tuning thread is seen to wait for a batch
+still on the board: with a lookahead (:mod:`edgetune.search.lookahead`), the
+batch's task searches its next batch first.
 """
 
 from __future__ import annotations
@@ -29,13 +33,32 @@ from ..builder.builds import PendingArtifact, resolve
 from ..common.failure import STOPPED_BEFORE_BOARD
 
 
+class _Batch:
+    """One batch handed to the runner: whose it is, and whether its task searched ahead already."""
+
+    def __init__(self, task: str | None, lookahead: Any) -> None:
+        self.task = task
+        self.lookahead = lookahead
+        self._fired = False
+        self._lock = threading.Lock()
+
+    def before_wait(self) -> None:
+        """The tuning thread is about to wait for this batch: its task's next batch is searched first (once)."""
+        with self._lock:
+            if self._fired or self.task is None or self.lookahead is None:
+                return
+            self._fired = True
+        self.lookahead.search_ahead(self.task)
+
+
 @derived_object
 class _Later(ms.runner.PyRunnerFuture):
     """A candidate's result once its build is resolved: a runner error, or the wrapped runner's future."""
 
-    def __init__(self, stage: concurrent.futures.Future) -> None:
+    def __init__(self, stage: concurrent.futures.Future, batch: _Batch) -> None:
         super().__init__()
         self.stage = stage
+        self.batch = batch
 
     def done(self) -> bool:
         if not self.stage.done():
@@ -44,6 +67,8 @@ class _Later(ms.runner.PyRunnerFuture):
         return isinstance(value, ms.runner.RunnerResult) or bool(value.done())
 
     def result(self) -> Any:
+        if not self.done():
+            self.batch.before_wait()
         value = self.stage.result()
         return value if isinstance(value, ms.runner.RunnerResult) else value.result()
 
@@ -54,21 +79,28 @@ class PendingBuildRunner(ms.runner.PyRunner):
 
     ``builder`` (a :class:`WarmBuilder`) has its :attr:`~WarmBuilder.stats` told how long the runner
     waited for builds; ``stop``: once set, batches not yet resolved are not sent to the board.
+    ``lookahead`` (a :class:`~edgetune.search.lookahead.Lookahead`, read for its ``handed_out`` task and
+    asked to ``search_ahead``): a batch's task searches its next batch when the tuning thread would wait.
     """
 
-    def __init__(self, inner: Any, builder: Any = None, stop: threading.Event | None = None) -> None:
+    def __init__(self, inner: Any, builder: Any = None, stop: threading.Event | None = None, lookahead: Any = None) -> None:
         super().__init__()
         self.inner = inner
         self.builder = builder
         self.stop = stop or threading.Event()
+        self.lookahead = lookahead
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgetune-builds")
 
     def run(self, runner_inputs: list[Any]) -> list[Any]:
-        if not any(PendingArtifact.parse(inp.artifact_path) for inp in runner_inputs):
+        task = None
+        if self.lookahead is not None:
+            task, self.lookahead.handed_out = self.lookahead.handed_out, None
+        if task is None and not any(PendingArtifact.parse(inp.artifact_path) for inp in runner_inputs):
             return self.inner.run(runner_inputs)
+        batch = _Batch(task, self.lookahead)
         stages = [concurrent.futures.Future() for _ in runner_inputs]
         self._executor.submit(self._resolve_then_run, list(runner_inputs), stages)
-        return [_Later(stage) for stage in stages]
+        return [_Later(stage, batch) for stage in stages]
 
     def close(self) -> None:
         """Wait for the batches handed over (a stopped run's come back unmeasured at once)."""
@@ -103,18 +135,24 @@ class PendingBuildRunner(ms.runner.PyRunner):
 
 
 @contextmanager
-def builds_beside_search(builder: Any, runner: Any, stop: threading.Event | None, enabled: bool = True) -> Iterator[Any]:
+def builds_beside_search(
+    builder: Any, runner: Any, stop: threading.Event | None, defer: bool = True, lookahead: Any = None,
+) -> Iterator[Any]:
     """Within it, ``builder`` (a :class:`WarmBuilder`) returns at once and the runner to use resolves its builds.
 
-    Any other builder (stock MetaSchedule's, passed in) or ``enabled=False``: ``runner`` as it is, builds awaited.
+    Any other builder (stock MetaSchedule's, passed in) or ``defer=False``: builds awaited by the tuning
+    thread, as before. With neither deferred builds nor a ``lookahead``: ``runner`` as it is.
     """
-    if not enabled or not isinstance(builder, WarmBuilder):
+    defer = defer and isinstance(builder, WarmBuilder)
+    if not defer and lookahead is None:
         yield runner
         return
-    wrapped = PendingBuildRunner(runner, builder, stop)
-    builder.defer = True
+    wrapped = PendingBuildRunner(runner, builder, stop, lookahead)
+    if defer:
+        builder.defer = True
     try:
         yield wrapped
     finally:
-        builder.defer = False
+        if defer:
+            builder.defer = False
         wrapped.close()

@@ -51,6 +51,7 @@ from ..provision.board import BoardChoice, choose_board, resolve_board
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
 from ..search.scheduler import SLOT_SCHEDULERS
 from ..search.strategy import AdaptiveSearch, SearchReport, TaskLimits
+from ..search.lookahead import Lookahead, build_ahead_with
 from ..search.factory import auto_population
 from ..search.default_schedule import replayed_candidate
 from ..search.transfer import best_similar_records, cached_signature, transferred_candidates
@@ -118,6 +119,7 @@ class Components:
     tasks: Sequence[tuple[str, Any, int]] | None = None
     load_intrinsics: bool = True  # register the target family's tensor intrinsics before the contexts
     builds_beside: bool = True  # the search goes on while a batch builds (measure/pending.py); False: it waits, as before
+    search_ahead: bool = True  # a task's next batch searched while its last is measured (search/lookahead.py); False: after
 
 
 @dataclass
@@ -526,7 +528,9 @@ class TuningPipeline:
         """Contexts, progress and the components that build and measure; adds to ``plan`` what is measured before the search."""
         library = self.choose_library(target, plan)
         cost_model = self.make_cost_model()
-        report = SearchReport()
+        # a board that shares the host's CPU times nothing while the host works: no search ahead there
+        ahead = self.components.search_ahead and not board.awaits_measurements
+        report = SearchReport(Lookahead(stop=self.stop.event) if ahead else None)
         suggested, per_type = self.read_suggested(history, target, plan)
         strategy = self.make_search_strategy(plan, cost_model, report, per_type, self.make_seed_provider(history, target, library))
         plan.caps_enforced = isinstance(strategy, AdaptiveSearch)
@@ -561,6 +565,8 @@ class TuningPipeline:
         builder = self.make_builder(cache, claims)
         if isinstance(builder, WarmBuilder):  # a builder passed in (stock MetaSchedule's) has no workers
             stack.callback(builder.close)
+        if report.lookahead is not None:
+            report.lookahead.build_ahead = build_ahead_with(builder)
         runner = self.make_runner(address, cache, board.measure_hooks())
         if isinstance(runner, TrackerRunner):
             stack.callback(runner.close)
@@ -625,7 +631,7 @@ class TuningPipeline:
                 self.size_batches(plan, session)
                 outcome.scheduler = self.make_task_scheduler(session.awaits)
                 beside = self.components.builds_beside and not isinstance(runner, AwaitingRunner)
-                with builds_beside_search(session.builder, runner, self.stop.event, beside) as search_runner:
+                with builds_beside_search(session.builder, runner, self.stop.event, beside, session.search_report.lookahead) as search_runner:
                     ms.tune_tasks(
                         tasks=session.contexts,
                         task_weights=session.weights,
@@ -961,7 +967,7 @@ class TuningPipeline:
             host_time=dataclasses.asdict(host_time(
                 outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds + builder_stats.waited_seconds,
                 runner_stats.device_seconds + runner_stats.upload_seconds + runner_stats.session_seconds,
-                runner_stats.measured,
+                runner_stats.measured, report.lookahead.seconds if report.lookahead is not None else 0.0,
             )),
         )
 

@@ -74,7 +74,7 @@ def _matmul(n: int) -> tvm.IRModule:
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
-def _options(tmp_path: Path, loopback_board: Any, trials: int) -> Any:
+def _options(tmp_path: Path, loopback_board: Any, trials: int, **tuning: Any) -> Any:
     from edgetune.board.base import TrackerBoard
     from edgetune.profile import load_profile
     from edgetune.tuning import TuneOptions
@@ -83,7 +83,7 @@ def _options(tmp_path: Path, loopback_board: Any, trials: int) -> Any:
         rpc={"key": loopback_board.key},
         measure={"number": 1, "repeat": 1, "min_repeat_ms": 0},
         tuning={"schedules": "off", "transfer": "off", "confirm_best": 0, "num_trials_per_iter": 4,
-                "early_stop": "none", "default_schedule": False},
+                "early_stop": "none", "default_schedule": False, **tuning},
     )
     return TuneOptions(profile=profile, model=None, out_dir=tmp_path, trials=trials, evaluate=False,
                        board=TrackerBoard(loopback_board))
@@ -117,16 +117,20 @@ def test_the_next_batch_is_searched_and_built_while_the_board_times_the_last(tmp
         return boards[-1]
 
     with closing(WarmBuilder(timeout_sec=60, max_workers=1)) as builder:
-        summary = run_tune(_options(tmp_path, loopback_board, 16), components=Components(
+        # every batch is measured whole (no sampling), and the task may measure 12 of the run's 16
+        options = _options(tmp_path, loopback_board, 16, sampler="none", max_trials_per_task=12)
+        summary = run_tune(options, components=Components(
             tasks=[("mm", _matmul(48), 1)], wrap_runner=wrap, builder=builder))
     (board,) = boards
-    assert len(board.batches) >= 3 and searched, (board.batches, searched)
+    assert searched, (board.batches, searched)
     # a search ahead ran while the board was timing a batch: it began before that batch's measurement ended
     overlapping = [
         (ahead, start, end) for ahead, _proposal in searched for start, end, _n in board.batches
         if ahead.started < end and ahead.ended > start
     ]
     assert overlapping, (searched, board.batches)
+    # nothing is searched ahead once the batch on the board reaches the task's cap: one per batch but the last
+    assert len(board.batches) == 3 and len(searched) <= 2, (searched, board.batches)
     # and its builds were started then, and served when the batch was handed out (each module built once)
     assert any(ahead.builds_started for ahead, _ in searched) and builder.stats.ahead >= 1
     assert builder.stats.reused >= 1

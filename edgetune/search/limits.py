@@ -66,6 +66,13 @@ class TaskLimits:
             self._reserved[task] = own - min(own, granted)
         return granted
 
+    def available(self, task: str | None = None) -> int | None:
+        """What :meth:`take` could grant ``task`` now (None: no run-wide limit); takes nothing."""
+        if self._search_left is None:
+            return None
+        own = self._reserved.get(task, 0) if task is not None else 0
+        return max(0, self._search_left - (sum(self._reserved.values()) - own))
+
     def set_cap(self, task: str, trials: int) -> None:
         """At most ``trials`` measured by the search (and before it) this run; the lowest cap set wins."""
         current = self._caps.get(task)

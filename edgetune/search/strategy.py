@@ -342,6 +342,7 @@ class AdaptiveSearch(PySearchStrategy):
         self.transfer = TransferredSeeds(seeds)
         self._measured: set[int] = set()  # structural hashes of the programs this task measured
         self._ahead: Proposal | None = None  # the next batch, searched while the last one was measured
+        self._in_flight = 0  # candidates of the batch handed out and not yet notified
 
     @property
     def contextual(self) -> bool:
@@ -469,6 +470,7 @@ class AdaptiveSearch(PySearchStrategy):
         if not batch and pool:  # the run's search budget is spent: this task is done
             return None
         task.measured += len(batch)
+        self._in_flight = len(batch)
         return batch
 
     def _propose(self) -> Proposal | None:
@@ -499,7 +501,7 @@ class AdaptiveSearch(PySearchStrategy):
         the checks that read them (early stop, caps, the run's budget, programs measured) are made then.
         None: a batch is waiting already, or the task's budget of proposals is spent.
         """
-        if self._ahead is not None or self._task is None or self._task.proposed >= self.budget:
+        if self._ahead is not None or self._task is None or self._ends_after_batch_in_flight():
             return None
         started = time.perf_counter()
         try:
@@ -507,6 +509,23 @@ class AdaptiveSearch(PySearchStrategy):
         finally:
             self.report.add_seconds(time.perf_counter() - started)
         return self._ahead.batch if self._ahead is not None else None
+
+    def _ends_after_batch_in_flight(self) -> bool:
+        """Whether, on what is known now, the task gets no batch after the one on the board: no search ahead then.
+
+        The batch on the board is counted as measured; an early stop that its results could still put off
+        counts as a stop (a search ahead saved is worth less than one wasted on a task that ends).
+        """
+        task, name = self._task, str(self.context.task_name)
+        caps = [c for c in (self.cap, self.limits.cap(name)) if c is not None]
+        cap = min(caps) if caps else None
+        available = self.limits.available(name)
+        return (
+            task.proposed >= self.budget
+            or (self.stopper.trials_ + self._in_flight >= self.stopper.limit and not self.limits.reserved(name))
+            or (cap is not None and task.measured + self.limits.measured_before(name) >= cap)
+            or (available is not None and available <= 0)
+        )
 
     def _unmeasured(self, candidates: Any, taken: Sequence[Any] = ()) -> list[Any]:
         """``candidates`` less the untuned code and the programs this task measured or ``taken`` holds.
@@ -525,6 +544,7 @@ class AdaptiveSearch(PySearchStrategy):
         return fresh
 
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
+        self._in_flight = 0
         self._measured.update(structural_hash(c.sch.mod) for c in measure_candidates)
         self.inner.notify_runner_results(measure_candidates, results)
         means = [float(np.mean([float(s) for s in r.run_secs])) for r in results if r.error_msg is None and r.run_secs]

@@ -7,8 +7,9 @@ import math
 import os
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
@@ -141,6 +142,26 @@ class RecordAndReport(PyMeasureCallback):
         }
         with open(self.measurement_log, "a") as handle:
             handle.write(json.dumps(line) + "\n")
+
+
+@contextmanager
+def record_all_then_stop() -> Iterator[Callable[..., None]]:
+    """Record every result of a batch measured outside the scheduler, then stop if a stop was asked for.
+
+    The recorder raises :class:`StopRequested` after the first task's record once a stop (Ctrl-C, a build's time
+    limit) is set; the rest of the batch, measured on the board already, would be lost.
+    """
+    stop: list[StopRequested] = []
+
+    def record(recorder: RecordAndReport, *args: Any) -> None:
+        try:
+            recorder.record(*args)
+        except StopRequested as requested:
+            stop.append(requested)
+
+    yield record
+    if stop:
+        raise stop[0]
 
 
 def remove_artifact(path: str) -> None:

@@ -21,10 +21,10 @@ import logging
 import math
 import os
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tvm
@@ -67,7 +67,7 @@ from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
 from .confirm import ConfirmedTask, mean_sec, measure_together, retime_limit, to_retime
-from .callbacks import RecordAndReport
+from .callbacks import RecordAndReport, record_all_then_stop
 from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
 from .settings import check_combined_settings, measurement_summary, suggested_settings, with_applied
@@ -824,7 +824,7 @@ class TuningPipeline:
         for rank in range(max(map(len, plan.library_candidates.values()))):  # one batch per rank: the best first
             by_task = {i: found[rank] for i, found in plan.library_candidates.items() if rank < len(found)}
             measured = measure_candidates(session.contexts, by_task, session.builder, session.runner)
-            with _record_all_then_stop() as record:
+            with record_all_then_stop() as record:
                 for index, (candidate, built, ran) in measured.items():
                     name = progress.tasks[index].name
                     plan.limits.add_measured_before(name)
@@ -872,7 +872,7 @@ class TuningPipeline:
         progress.phase = "measuring each task's default schedule (the untuned baseline)"
         self.sink.on_phase(progress)
         measured = measure_defaults(session.contexts, indices, session.builder, session.runner)
-        with _record_all_then_stop() as record:
+        with record_all_then_stop() as record:
             for index, (candidate, built, ran) in measured.items():
                 plan.limits.add_measured_before(progress.tasks[index].name)
                 ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
@@ -984,26 +984,6 @@ def _task_flops(mod: Any) -> float:
         return float(estimate_tir_flops(mod))
     except Exception:  # some fused functions have no countable loops
         return 0.0
-
-
-@contextmanager
-def _record_all_then_stop() -> Iterator[Callable[..., None]]:
-    """Record every result of a batch measured outside the scheduler, then stop if a stop was asked for.
-
-    The recorder raises :class:`StopRequested` after the first task's record once a stop (Ctrl-C, a build's time
-    limit) is set; the rest of the batch, measured on the board already, would be lost.
-    """
-    stop: list[StopRequested] = []
-
-    def record(recorder: RecordAndReport, *args: Any) -> None:
-        try:
-            recorder.record(*args)
-        except StopRequested as requested:
-            stop.append(requested)
-
-    yield record
-    if stop:
-        raise stop[0]
 
 
 def _mean_or_none(run_secs: Sequence[float] | None) -> float | None:

@@ -1,54 +1,120 @@
-"""Host seconds per measured trial, by component, with the feature cache on and off (issue 55).
+"""Host seconds per measured trial, by component: the feature cache and the overlap on and off (issue 55).
 
 Each row is one ``run_tune`` of a model at N trials per task from an empty
-history (the pipeline of ``edgetune tune``); the only component swapped is the
-random forest's feature cache (``feature_cache_rows``: 100,000 rows, the
-product's default, or 0, every row computed again, as before the cache). The
-summary's ``host_time`` section says where the wall clock went: the search,
-the cost model's features and its fits and predictions, builds, the board, the
-rest. Side by side per seed, the order alternating, after one throwaway tune that
-pays the process's first-use costs; the load average is recorded before and
-after each row. Rows go to ``--rows`` as they finish; a rerun skips those it has.
+history (the pipeline of ``edgetune tune``); the only components swapped are
+the random forest's feature cache (``--cache``; ``feature_cache_rows``: 100,000
+rows, the product's default, or 0, every row computed again, as before the
+cache) and the overlap (``--overlap``; on, the product's default: builds beside
+the search and each task's next batch searched while the board times its last;
+off: ``Components(builds_beside=False, search_ahead=False)``, the tuning thread
+waits for builds and measurements as before). The summary's ``host_time``
+section says where the wall clock went: the search (``ahead``: of it, what the
+board hid), the cost model's features and its fits and predictions, builds, the
+board, the rest. Side by side per seed, the order alternating, after one
+throwaway tune that pays the process's first-use costs; the load average is
+recorded before and after each row. Rows go to ``--rows`` as they finish; a
+rerun skips those it has.
+
+The embedded board shares the host's CPU, so nothing is searched ahead there
+(``--board embedded``, the default). ``--board tracker`` tunes through a
+loopback tracker as ``--tracker`` would (a board the pipeline does not wait
+for), and ``--board-sleep S`` adds S seconds per measured candidate, a stand-in
+for a board slower than this host's CPU.
 
 Usage::
 
   python benchmarks/host_time.py --models demo:mobilenetv2@128 demo:transformer --per-task 32 --seeds 0 1 2
+  python benchmarks/host_time.py --models demo:transformer --per-task 32 --cache on --overlap off on --board tracker --board-sleep 0.2
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 CACHES = {"on": 100_000, "off": 0}
+OVERLAPS = ("on", "off")
+BOARDS = ("embedded", "tracker")
 
 
-def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace) -> dict[str, Any]:
+def slow_board(seconds_per_candidate: float) -> Any:
+    """``Components.wrap_runner`` adding ``seconds_per_candidate`` per measured candidate, batches one at a time."""
+    import tvm.s_tir.meta_schedule as ms
+    from tvm.ir.utils import derived_object
+
+    @derived_object
+    class _Promise(ms.runner.PyRunnerFuture):
+        def __init__(self, future: concurrent.futures.Future) -> None:
+            super().__init__()
+            self.future = future
+
+        def done(self) -> bool:
+            return self.future.done()
+
+        def result(self) -> Any:
+            return self.future.result()
+
+    @derived_object
+    class SlowBoard(ms.runner.PyRunner):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+            self.lock = threading.Lock()
+
+        def run(self, runner_inputs: list[Any]) -> list[Any]:
+            promises = [concurrent.futures.Future() for _ in runner_inputs]
+            threading.Thread(target=self.measure, args=(list(runner_inputs), promises), daemon=True).start()
+            return [_Promise(p) for p in promises]
+
+        def measure(self, inputs: list[Any], promises: list[concurrent.futures.Future]) -> None:
+            with self.lock:
+                time.sleep(seconds_per_candidate * len(inputs))
+                results = [f.result() for f in self.inner.run(inputs)] if inputs else []
+            for promise, result in zip(promises, results):
+                promise.set_result(result)
+
+    return SlowBoard
+
+
+def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace, overlap: str = "on",
+            board: Any = None) -> dict[str, Any]:
+    """One tune; ``board``: a TrackerBoard (``--board tracker``), None for the embedded board."""
     from edgetune.costmodel.surrogate import RandomForestModel
     from edgetune.profile import load_profile
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
     from edgetune.tuning.pipeline import Components
 
-    profile = load_profile(args.profile).with_overrides(tuning={"seed": seed, "schedules": args.schedules})
-    out_dir = args.out / f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
+    overrides: dict[str, Any] = {"tuning": {"seed": seed, "schedules": args.schedules}}
+    if board is not None:
+        overrides["rpc"] = {"key": board.address.key}
+    profile = load_profile(args.profile).with_overrides(**overrides)
+    out_dir = args.out / (f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
+                          f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}")
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out_dir))
     n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
-    components = Components(cost_model=RandomForestModel(seed=seed, feature_cache_rows=CACHES[cache]))
+    components = Components(
+        cost_model=RandomForestModel(seed=seed, feature_cache_rows=CACHES[cache]),
+        builds_beside=overlap == "on", search_ahead=overlap == "on",
+        wrap_runner=slow_board(args.board_sleep) if args.board_sleep > 0 else None,
+    )
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     summary = run_tune(TuneOptions(profile=profile, model=model, out_dir=out_dir, trials=per_task * n_tasks,
-                                   evaluate=False), components=components)
+                                   evaluate=False, board=board), components=components)
     wall = time.monotonic() - started
     host = summary.host_time or {}
     measured = host.get("measured_trials") or 0
     return {
-        "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "tasks": n_tasks,
+        "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "overlap": overlap,
+        "board": args.board, "board_sleep": args.board_sleep, "tasks": n_tasks,
         "wall_s": wall, "tuning_wall_s": summary.seconds.tuning_wall, "device_s": summary.seconds.device,
         "measured": measured, "host_time": host,
         "host_s_per_trial": (summary.seconds.tuning_wall - summary.seconds.device) / measured if measured else None,
@@ -56,11 +122,17 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     }
 
 
+def _variant(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a row compares (rows written before the overlap existed ran it off, on the embedded board)."""
+    return (row["model"], row["per_task"], row["feature_cache"], row.get("overlap", "off"), row.get("board", "embedded"),
+            row.get("board_sleep", 0.0))
+
+
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | per task | feature cache | seeds | host s / measured trial (median, min-max) | search | features | cost model | build | board | other | kernels ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted({(r["model"], r["per_task"], r["feature_cache"]) for r in rows}):
-        group = [r for r in rows if (r["model"], r["per_task"], r["feature_cache"]) == key and r["host_s_per_trial"]]
+    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | board | other | kernels ms (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted({_variant(r) for r in rows}):
+        group = [r for r in rows if _variant(r) == key and r["host_s_per_trial"]]
         if not group:
             continue
         per = [r["host_s_per_trial"] for r in group]
@@ -71,11 +143,33 @@ def report(rows: list[dict[str, Any]]) -> str:
 
         kernels = [r["kernels_ms"] for r in group if r["kernels_ms"]]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {len(group)} | {statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
-            + " | ".join(part(n) for n in ("search", "features", "cost_model", "build", "board", "other"))
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {len(group)} | "
+            f"{statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
+            + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "board", "other"))
             + f" | {statistics.median(kernels):.3f} |" if kernels else " | - |"
         )
     return "\n".join(lines)
+
+
+class _board:
+    """``--board tracker``: a loopback tracker and server for the whole benchmark (a TrackerBoard); else None."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.local: Any = None
+
+    def __enter__(self) -> Any:
+        if self.kind != "tracker":
+            return None
+        from edgetune.board.base import TrackerBoard
+        from edgetune.board.local import LocalBoard
+
+        self.local = LocalBoard(key="host-time")
+        return TrackerBoard(self.local.start())
+
+    def __exit__(self, *exc: object) -> None:
+        if self.local is not None:
+            self.local.stop()
 
 
 def main() -> int:
@@ -84,6 +178,11 @@ def main() -> int:
     parser.add_argument("--per-task", type=int, default=32)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cache", nargs="+", choices=sorted(CACHES), default=["off", "on"])
+    parser.add_argument("--overlap", nargs="+", choices=OVERLAPS, default=["on"],
+                        help="builds beside the search and search ahead (on: the product's default) or not")
+    parser.add_argument("--board", choices=BOARDS, default="embedded",
+                        help="the embedded board, or a loopback tracker tuned through as --tracker does")
+    parser.add_argument("--board-sleep", type=float, default=0.0, help="seconds added per measured candidate")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))
@@ -91,22 +190,25 @@ def main() -> int:
     args = parser.parse_args()
     rows_path = args.rows or args.out / "rows.json"
     rows: list[dict[str, Any]] = json.loads(rows_path.read_text()) if rows_path.exists() else []
-    done = {(r["model"], r["per_task"], r["seed"], r["feature_cache"]) for r in rows}
-    # a first tune in a process pays its imports and thread pools: a throwaway one, so that no row does
-    warm = argparse.Namespace(**{**vars(args), "out": args.out / "warm-up"})
-    run_row(args.models[0], 1, 0, "on", warm)
-    for index, seed in enumerate(args.seeds):
-        for model in args.models:
-            # side by side: the same seed's rows one after the other, the order alternating with the seed
-            for cache in args.cache if index % 2 == 0 else args.cache[::-1]:
-                if (model, args.per_task, seed, cache) in done:
-                    continue
-                time.sleep(2.0)
-                row = run_row(model, args.per_task, seed, cache, args)
-                rows.append(row)
-                rows_path.parent.mkdir(parents=True, exist_ok=True)
-                rows_path.write_text(json.dumps(rows, indent=1))
-                print(json.dumps({k: v for k, v in row.items() if k != "host_time"}), flush=True)
+    done = {(*_variant(r), r["seed"]) for r in rows}
+    with _board(args.board) as board:
+        # a first tune in a process pays its imports and thread pools: a throwaway one, so that no row does
+        warm = argparse.Namespace(**{**vars(args), "out": args.out / "warm-up"})
+        run_row(args.models[0], 1, 0, "on", warm, board=board)
+        variants = [(cache, overlap) for cache in args.cache for overlap in args.overlap]
+        for index, seed in enumerate(args.seeds):
+            for model in args.models:
+                # side by side: the same seed's rows one after the other, the order alternating with the seed
+                for cache, overlap in variants if index % 2 == 0 else variants[::-1]:
+                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, seed)
+                    if key in done:
+                        continue
+                    time.sleep(2.0)
+                    row = run_row(model, args.per_task, seed, cache, args, overlap, board)
+                    rows.append(row)
+                    rows_path.parent.mkdir(parents=True, exist_ok=True)
+                    rows_path.write_text(json.dumps(rows, indent=1))
+                    print(json.dumps({k: v for k, v in row.items() if k != "host_time"}), flush=True)
     print(report(rows))
     return 0
 

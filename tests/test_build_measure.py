@@ -75,8 +75,12 @@ def test_builder_builds_and_runner_measures(candidates, loopback_board):
         assert all(0 < float(s) < 1 for o in measured for s in o.run_secs)
         assert runner.stats.measured == len(found) and runner.stats.failed == 1
         assert runner.stats.device_seconds > 0
-        artifact_dir = builder.artifact_dir
-    assert not os.path.exists(artifact_dir)  # close() removes every artifact
+    # close() leaves the artifacts to the process: the next builder asked for the same modules reuses them
+    assert all(os.path.exists(str(r.artifact_path)) for r in results)
+    with closing(WarmBuilder(timeout_sec=60, max_workers=2)) as again:
+        reused = again.build([BuilderInput(c.sch.mod, HOST) for c in found])
+    assert [str(r.artifact_path) for r in reused] == [str(r.artifact_path) for r in results]
+    assert again.stats.reused == len(found) and again.stats.built == 0
 
 
 def _worker_pids(builder: WarmBuilder) -> set[int]:

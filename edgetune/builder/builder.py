@@ -12,7 +12,12 @@ a build that exceeds ``timeout_sec`` is killed and reported as data
 (``BuilderResult.error_msg``), never raised.
 
 Artifacts are shared libraries linked on the host with the profile's (cross)
-compiler, so the board needs no compiler of its own.
+compiler, so the board needs no compiler of its own. A module is built once
+per process (:mod:`edgetune.builder.builds`): asked for again, its artifact is
+reused. With :attr:`WarmBuilder.defer` set (the search, see
+:mod:`edgetune.measure.pending`), ``build`` submits the batch and returns at
+once with pending artifacts that the runner resolves in its own thread, so
+the tuning thread searches on while the workers compile.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -31,6 +35,8 @@ from typing import Any, Callable, Iterator
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.ir.utils import derived_object
 from tvm.support.popen_pool import PopenPoolExecutor
+
+from .builds import BUILT, Build, PendingArtifact, build_key
 
 #: artifact paths with this prefix were not built: their result is already in
 #: the history database (see :class:`CachedArtifact`)
@@ -66,7 +72,10 @@ class BuildStats:
     failed: int = 0
     timed_out: int = 0
     cached: int = 0
-    build_seconds: float = 0.0  # wall clock spent inside build() calls
+    reused: int = 0  # candidates built before in this process: their artifact served again
+    ahead: int = 0  # builds started for a batch searched ahead (see WarmBuilder.build_ahead)
+    build_seconds: float = 0.0  # wall clock the tuning thread spent inside build() calls
+    waited_seconds: float = 0.0  # wall clock the runner waited for deferred builds before measuring
     errors: list[str] = field(default_factory=list)
 
 
@@ -166,7 +175,7 @@ class WarmBuilder(PyBuilder):
     timeout_sec:
         Per-candidate build timeout; a worker over it is killed and replaced.
     max_workers:
-        Worker processes; 0 means one per host CPU.
+        Worker processes; 0 means one per CPU this process may run on.
     max_uses:
         Builds a worker performs before it is replaced.
     lookup_cached:
@@ -195,12 +204,15 @@ class WarmBuilder(PyBuilder):
         self.cross_compiler = cross_compiler
         self.cross_compiler_flags = tuple(cross_compiler_flags)
         self.timeout_sec = float(timeout_sec)
-        self.max_workers = max_workers or (os.cpu_count() or 1)
+        self.max_workers = max_workers or host_cores()
         self.max_uses = max_uses
         self.lookup_cached = lookup_cached
         self.claims = claims
-        self.artifact_dir = tempfile.mkdtemp(prefix="edgetune-build-")
+        self.artifact_dir = BUILT.directory  # the process's: an artifact outlives its builder, for reuse
+        #: True: ``build`` returns pending artifacts at once (the runner must resolve them, measure.pending)
+        self.defer = False
         self.stats = BuildStats()
+        self._stats_lock = threading.Lock()
         self._pool: PopenPoolExecutor | None = None
         self._pool_key: tuple[Any, ...] = ()
         self._lock = threading.Lock()
@@ -231,9 +243,10 @@ class WarmBuilder(PyBuilder):
                         pass
 
     def close(self, keep_workers: bool = True) -> None:
-        """Delete every artifact this builder wrote; its workers wait for the next builder of this process.
+        """Its workers wait for the next builder of this process; ``keep_workers=False`` stops them instead.
 
-        ``keep_workers=False`` stops them instead.
+        The artifacts stay with the process's builds (:data:`~edgetune.builder.builds.BUILT`, the newest
+        few thousand kept), for the next builder that is asked for the same module.
         """
         with self._lock:
             if self._pool is not None:
@@ -242,7 +255,6 @@ class WarmBuilder(PyBuilder):
                 else:
                     self._pool.shutdown(wait=False)
                 self._pool = None
-        shutil.rmtree(self.artifact_dir, ignore_errors=True)
 
     @contextmanager
     def fresh(self) -> Iterator[None]:
@@ -257,33 +269,75 @@ class WarmBuilder(PyBuilder):
     # -- MetaSchedule interface -------------------------------------------
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         self.start()
-        assert self._pool is not None
         started = time.perf_counter()
         results: list[BuilderResult | None] = [None] * len(build_inputs)
-        pending: list[tuple[int, Any]] = []
+        pending: list[tuple[int, str, Build]] = []
         elsewhere: list[int] = []  # claimed by another tuner: waited for once ours are building
         for index, build_input in enumerate(build_inputs):
             key = self.lookup_cached(build_input.mod) if self.lookup_cached else None
             if key is not None:
-                self.stats.cached += 1
+                self._count("cached")
                 results[index] = BuilderResult(CachedArtifact(key).path, None)
             elif self.claims is not None and not self.claims.claim(build_input.mod):
                 elsewhere.append(index)
             else:
-                pending.append((index, self._submit(build_input)))
+                pending.append((index, *self._begin(build_input)))
         for index in elsewhere:
             outcome, value = self.claims.wait(build_inputs[index].mod)
             if outcome == "serve":
-                self.stats.cached += 1
+                self._count("cached")
                 results[index] = BuilderResult(CachedArtifact(str(value)).path, None)
             elif outcome == "skip":
                 results[index] = BuilderResult(None, value)
             else:
-                pending.append((index, self._submit(build_inputs[index])))
-        for index, future in pending:
-            results[index] = self._collect(future)
-        self.stats.build_seconds += time.perf_counter() - started
+                pending.append((index, *self._begin(build_inputs[index])))
+        for index, key, build in pending:
+            if self.defer and not build.done():
+                results[index] = BuilderResult(PendingArtifact(key).path, None)
+            else:
+                results[index] = build.result()
+                if results[index].error_msg is None:
+                    BUILT.note_path(key, str(results[index].artifact_path))
+        with self._stats_lock:
+            self.stats.build_seconds += time.perf_counter() - started
         return [r for r in results if r is not None]
+
+    def build_ahead(self, build_inputs: list[BuilderInput]) -> int:
+        """Start building candidates the search will hand out next (a batch searched ahead); how many started.
+
+        Nothing is handed out, claimed or waited for: :meth:`build` later finds them among the process's builds.
+        A candidate the history serves is not built.
+        """
+        self.start()
+        started = 0
+        for build_input in build_inputs:
+            if self.lookup_cached is not None and self.lookup_cached(build_input.mod) is not None:
+                continue
+            key = self._key(build_input)
+            if BUILT.get(key) is None:
+                BUILT.add(key, Build(self._submit(build_input), self._collect))
+                started += 1
+            BUILT.release_lease(key)  # only held while a batch uses it
+        self._count("ahead", started)
+        return started
+
+    def _key(self, build_input: BuilderInput) -> str:
+        return build_key(build_input.mod, build_input.target, self.cross_compiler, self.cross_compiler_flags)
+
+    def _begin(self, build_input: BuilderInput) -> tuple[str, Build]:
+        """The candidate's build: one of this process's (reused) or a new one submitted to the workers."""
+        key = self._key(build_input)
+        build = BUILT.get(key)
+        if build is not None:
+            self._count("reused")
+            return key, build
+        build = Build(self._submit(build_input), self._collect)
+        BUILT.add(key, build)
+        return key, build
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._stats_lock:
+            setattr(self.stats, name, getattr(self.stats, name) + amount)
 
     def _submit(self, build_input: BuilderInput) -> Any:
         assert self._pool is not None
@@ -297,17 +351,28 @@ class WarmBuilder(PyBuilder):
         )
 
     def _collect(self, future: Any) -> BuilderResult:
+        """A finished build as data; called once per build, from the tuning thread or the runner's."""
         try:
             path = future.result()
         except TimeoutError:
-            self.stats.timed_out += 1
             message = f"WarmBuilder: timeout, killed after {self.timeout_sec:g} s (build.timeout_sec)"
-            self.stats.errors.append(message)
+            with self._stats_lock:
+                self.stats.timed_out += 1
+                self.stats.errors.append(message)
             return BuilderResult(None, message)
         except Exception as error:  # a compile error is data, not a crash
-            self.stats.failed += 1
             message = f"WarmBuilder: {type(error).__name__}: {error}"
-            self.stats.errors.append(message.splitlines()[0])
+            with self._stats_lock:
+                self.stats.failed += 1
+                self.stats.errors.append(message.splitlines()[0])
             return BuilderResult(None, message)
-        self.stats.built += 1
+        self._count("built")
         return BuilderResult(path, None)
+
+
+def host_cores() -> int:
+    """CPUs this process may run on (a container's or ``taskset``'s limit, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -57,3 +57,12 @@ CLAIMED_ELSEWHERE = "edgetune: another process is measuring this candidate"
 def is_claimed_elsewhere(error: str | None) -> bool:
     """Whether a builder error says another tuner measures the candidate (see tuning.claims)."""
     return bool(error) and str(error).startswith(CLAIMED_ELSEWHERE)
+
+#: Prefix of the error of a candidate not sent to the board because the run was stopping (Ctrl-C during a
+#: batch built beside the search, see measure.pending). Not stored: a resumed run measures it.
+STOPPED_BEFORE_BOARD = "edgetune: not measured, the run was stopping"
+
+
+def is_stopped_before_board(error: str | None) -> bool:
+    """Whether a runner error says the candidate was left unmeasured by a stop, not that the program failed."""
+    return bool(error) and str(error).startswith(STOPPED_BEFORE_BOARD)

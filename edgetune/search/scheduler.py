@@ -507,7 +507,9 @@ class SlotScheduler(PyTaskScheduler):
     again with its results. ``wait_for_results=True`` awaits every batch before
     each decision (no overlap: slower, but on a loopback board no candidate is
     timed while the host CPU builds the next batch; ``edgetune tune`` uses it
-    for its embedded board).
+    for its embedded board). A stop raised while one batch is joined (the
+    recorder's, once that batch is committed) joins every other batch in
+    flight first, so that each measured result is recorded.
 
     A task MetaSchedule terminated (budget reached, or its search strategy
     returned no candidates, e.g. an early stop) is never chosen again.
@@ -573,7 +575,18 @@ class SlotScheduler(PyTaskScheduler):
 
     def _join(self, task_id: int) -> None:
         started = time.monotonic()
-        results = self.join_running_task(task_id)
+        try:
+            results = self.join_running_task(task_id)
+        except Exception:
+            # a stop (the recorder raises once the batch is committed): every other batch in flight is
+            # recorded too before the run ends, so no measured result is lost
+            for other, task in enumerate(self._outer().tasks_):  # type: ignore[attr-defined]
+                if other != task_id and task.runner_futures is not None:
+                    try:
+                        self.join_running_task(other)
+                    except Exception:  # noqa: BLE001 - the same stop, raised again after its records
+                        pass
+            raise
         waited = time.monotonic() - started  # the board was the bottleneck for this long
         host = self._inflight.pop(task_id, None)
         seconds = None if host is None else host + waited

@@ -56,6 +56,7 @@ from ..common.choices import SAMPLERS
 from ..common.failure import is_valid_secs
 from .default_schedule import is_untuned_copy
 from .early_stop import AdaptiveEarlyStop, EarlyStop, make_early_stop
+from .limits import TaskLimits
 from .sampling import KMeansSampler
 from ..costmodel.surrogate import CandidateFeatures, mean_std_or_none
 
@@ -97,9 +98,14 @@ class TaskSearchReport:
 
 
 class SearchReport:
-    """Per-task reports, shared by every clone of one strategy (thread-safe)."""
+    """Per-task reports, shared by every clone of one strategy (thread-safe).
 
-    def __init__(self) -> None:
+    ``lookahead``: where the task scheduler finds each task's search to have its next batch searched while
+    its last one is measured, and what was searched so (:class:`~edgetune.search.lookahead.Lookahead`; None: never).
+    """
+
+    def __init__(self, lookahead: Any = None) -> None:
+        self.lookahead = lookahead
         self._lock = threading.Lock()
         self.tasks: dict[str, TaskSearchReport] = {}
         #: per task name, the settings applied with ``suggested`` (see :meth:`AdaptiveSearch.pre_tuning`)
@@ -200,90 +206,6 @@ def early_stop_params(tuning: Any) -> dict[str, float]:
     }
 
 
-class TaskLimits:
-    """Per task: a cap on measured candidates, and how many were measured before its search.
-
-    The tuning loop owns it (:class:`~edgetune.tuning.pipeline.TaskPlan`) and
-    fixes it before the first batch, once each task's default schedule and
-    library schedules are measured; the search only reads it. A task worth
-    little of the model's latency gets a cap, so it does not take slots from
-    the heavy ones; a cap counts the candidates measured before the search too.
-    The run's search budget is shared by every task: a last batch is cut to
-    what is left, so ``--trials`` is a limit that no batch overshoots
-    (MetaSchedule's loop counts whole batches). The search takes from it.
-    """
-
-    def __init__(self) -> None:
-        self._caps: dict[str, int] = {}
-        self._before: dict[str, int] = {}
-        self._search_left: int | None = None  # None: no run-wide limit
-        self._reserved: dict[str, int] = {}  # task -> search trials only it may take (tasks searched first)
-
-    def set_search_budget(self, trials: int) -> None:
-        """The candidates the search of all tasks together may measure this run."""
-        self._search_left = max(0, int(trials))
-
-    @property
-    def search_left(self) -> int | None:
-        return self._search_left
-
-    def reserve(self, task: str, trials: int) -> int:
-        """Keep up to ``trials`` of the run's search budget for ``task`` alone; how many were kept.
-
-        Other tasks cannot take them, whatever order the task scheduler picks tasks in: a task that must be
-        searched gets its trials even when the budget is one or two per task.
-        """
-        if self._search_left is None:
-            return 0
-        free = self._search_left - sum(self._reserved.values())
-        kept = max(0, min(int(trials), free))
-        if kept:
-            self._reserved[task] = self._reserved.get(task, 0) + kept
-        return kept
-
-    def reserved(self, task: str) -> int:
-        return self._reserved.get(task, 0)
-
-    def release(self, task: str) -> None:
-        """What was kept for ``task`` goes back to every task (its search ended before it used it)."""
-        self._reserved.pop(task, None)
-
-    def take(self, wanted: int, task: str | None = None) -> int:
-        """Grant up to ``wanted`` candidates of the run's search budget (all of them without one).
-
-        ``task`` draws on its own reservation first; what other tasks reserved is not granted.
-        """
-        if self._search_left is None:
-            return wanted
-        own = self._reserved.get(task, 0) if task is not None else 0
-        free = self._search_left - (sum(self._reserved.values()) - own)
-        granted = max(0, min(wanted, free))
-        self._search_left -= granted
-        if own:
-            self._reserved[task] = own - min(own, granted)
-        return granted
-
-    def set_cap(self, task: str, trials: int) -> None:
-        """At most ``trials`` measured by the search (and before it) this run; the lowest cap set wins."""
-        current = self._caps.get(task)
-        self._caps[task] = int(trials) if current is None else min(current, int(trials))
-
-    def raise_cap(self, task: str, trials: int) -> None:
-        """A cap of at least ``trials`` for a task that must be searched (a task without a cap keeps none)."""
-        current = self._caps.get(task)
-        if current is not None and current < int(trials):
-            self._caps[task] = int(trials)
-
-    def add_measured_before(self, task: str, count: int = 1) -> None:
-        self._before[task] = self._before.get(task, 0) + count
-
-    def cap(self, task: str) -> int | None:
-        return self._caps.get(task)
-
-    def measured_before(self, task: str) -> int:
-        return self._before.get(task, 0)
-
-
 class ContextualExploration:
     """AdaTune's contextual exploration (§4.2.2): a batch's random share grows with the model's uncertainty.
 
@@ -340,6 +262,20 @@ class TransferredSeeds:
         return seeds + batch[: len(batch) - len(seeds)]
 
 
+@dataclass
+class Proposal:
+    """A batch as the search proposed it, before the checks made at hand-out (early stop, caps, budget)."""
+
+    pool: list[Any]  # what the evolutionary search returned
+    batch: list[Any]  # after exploration and sampling
+    counts: TaskSearchReport  # proposed and random candidates, exploration: counted into the task's report at hand-out
+
+    def count_into(self, task: TaskSearchReport) -> None:
+        task.proposed += self.counts.proposed
+        task.random_candidates += self.counts.random_candidates
+        task.exploration.extend(self.counts.exploration)
+
+
 @derived_object
 class AdaptiveSearch(PySearchStrategy):
     """Evolutionary search plus the measurement-reducing components (see module docstring).
@@ -365,6 +301,8 @@ class AdaptiveSearch(PySearchStrategy):
         profile's settings for every task.
     report:
         Where per-task reports are collected, the search's output (shared with clones).
+        Its ``lookahead`` (a :class:`~edgetune.search.lookahead.Lookahead`, or None: never) lets the task
+        scheduler have a task's next batch searched while its last one is measured (:meth:`search_ahead`).
     """
 
     def __init__(
@@ -403,6 +341,8 @@ class AdaptiveSearch(PySearchStrategy):
         self.applied: dict[str, Any] | None = None  # what ``suggested`` gave this task
         self.transfer = TransferredSeeds(seeds)
         self._measured: set[int] = set()  # structural hashes of the programs this task measured
+        self._ahead: Proposal | None = None  # the next batch, searched while the last one was measured
+        self._in_flight = 0  # candidates of the batch handed out and not yet notified
 
     @property
     def contextual(self) -> bool:
@@ -451,12 +391,15 @@ class AdaptiveSearch(PySearchStrategy):
         # str hashes change between processes; crc32 keeps a seed's random candidates reproducible
         self.rng = np.random.default_rng([settings.seed, zlib.crc32(name.encode())])
         self._apply_suggested(context)
+        if self.report.lookahead is not None:
+            self.report.lookahead.register(name, self)
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any, database: Any = None, cost_model: Any = None) -> None:
         self.plan = int(num_trials_per_iter)
         self.budget = int(max_trials)
         self.design_spaces = list(design_spaces)
         self._measured = set()
+        self._ahead = None
         # the inner search never ends a task by itself: this strategy does
         self.inner.pre_tuning(1 << 30, num_trials_per_iter, design_spaces, database, cost_model)
         expected = self.expected_trials_per_task or int(max_trials)
@@ -475,6 +418,9 @@ class AdaptiveSearch(PySearchStrategy):
             }
 
     def post_tuning(self) -> None:
+        if self.report.lookahead is not None and self._ahead is not None:
+            self.report.lookahead.dropped += 1  # searched ahead for a task that ended first
+        self._ahead = None
         self.inner.post_tuning()
 
     def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
@@ -485,6 +431,8 @@ class AdaptiveSearch(PySearchStrategy):
             self.report.add_seconds(time.perf_counter() - started)
         if batch is None:  # the task's search ends: what the run kept for it goes back to the others
             self.limits.release(str(self.context.task_name))
+        if self.report.lookahead is not None:  # MetaSchedule builds and runs it next: the runner knows whose it is
+            self.report.lookahead.handed_out = str(self.context.task_name) if batch else None
         return batch
 
     def _next_batch(self) -> list[MeasureCandidate] | None:
@@ -504,22 +452,11 @@ class AdaptiveSearch(PySearchStrategy):
             task.stopped_early = True
             task.early_stop_limit = self.cap
             return None
-        pool = self.inner.generate_measure_candidates()
-        if pool is None:
+        proposal, self._ahead = self._ahead or self._propose(), None
+        if proposal is None:
             return None
-        # the untuned code comes back from the database with postprocessing re-applied: it was measured
-        # before the search (tuning.default_schedule), so a fresh sample takes its slot
-        batch = self._unmeasured(pool)
-        if len(batch) < len(pool):
-            missing = len(pool) - len(batch)
-            # small design spaces (a reshape) sample the same programs often: draw more than the slots
-            batch += self._unmeasured(self.random_candidates(2 * missing + 2), batch)[:missing]
-        if self.exploration is not None:
-            batch = self.exploration.mix(self.context, batch, self.random_candidates(max(16, self.plan)), task)
-        task.proposed += len(batch)
-        if self.sampler is not None and len(batch) > 1:
-            keep = self.sampler.select(self._features(self.context, batch))
-            batch = [batch[i] for i in keep]
+        pool, batch = proposal.pool, proposal.batch
+        proposal.count_into(task)
         # the exploration's random samples and the transferred seeds can be the untuned code or a program
         # measured before, too
         batch = self._unmeasured(self.transfer.mix(self.context, batch, task))
@@ -533,7 +470,62 @@ class AdaptiveSearch(PySearchStrategy):
         if not batch and pool:  # the run's search budget is spent: this task is done
             return None
         task.measured += len(batch)
+        self._in_flight = len(batch)
         return batch
+
+    def _propose(self) -> Proposal | None:
+        """The costly part of a batch: the evolutionary search, exploration and sampling (None: nothing left)."""
+        pool = self.inner.generate_measure_candidates()
+        if pool is None:
+            return None
+        scratch = TaskSearchReport(str(self.context.task_name))  # counted into the task's report once handed out
+        # the untuned code comes back from the database with postprocessing re-applied: it was measured
+        # before the search (tuning.default_schedule), so a fresh sample takes its slot
+        batch = self._unmeasured(pool)
+        if len(batch) < len(pool):
+            missing = len(pool) - len(batch)
+            # small design spaces (a reshape) sample the same programs often: draw more than the slots
+            batch += self._unmeasured(self.random_candidates(2 * missing + 2), batch)[:missing]
+        if self.exploration is not None:
+            batch = self.exploration.mix(self.context, batch, self.random_candidates(max(16, self.plan)), scratch)
+        scratch.proposed = len(batch)
+        if self.sampler is not None and len(batch) > 1:
+            keep = self.sampler.select(self._features(self.context, batch))
+            batch = [batch[i] for i in keep]
+        return Proposal(list(pool), batch, scratch)
+
+    def search_ahead(self) -> list[Any] | None:
+        """Propose the next batch now, while the last one is measured (:mod:`edgetune.search.lookahead`); its candidates.
+
+        It is handed out by the next :meth:`generate_measure_candidates`, after the last batch's results came in:
+        the checks that read them (early stop, caps, the run's budget, programs measured) are made then.
+        None: a batch is waiting already, or the task's budget of proposals is spent.
+        """
+        if self._ahead is not None or self._task is None or self._ends_after_batch_in_flight():
+            return None
+        started = time.perf_counter()
+        try:
+            self._ahead = self._propose()
+        finally:
+            self.report.add_seconds(time.perf_counter() - started)
+        return self._ahead.batch if self._ahead is not None else None
+
+    def _ends_after_batch_in_flight(self) -> bool:
+        """Whether, on what is known now, the task gets no batch after the one on the board: no search ahead then.
+
+        The batch on the board is counted as measured; an early stop that its results could still put off
+        counts as a stop (a search ahead saved is worth less than one wasted on a task that ends).
+        """
+        task, name = self._task, str(self.context.task_name)
+        caps = [c for c in (self.cap, self.limits.cap(name)) if c is not None]
+        cap = min(caps) if caps else None
+        available = self.limits.available(name)
+        return (
+            task.proposed >= self.budget
+            or (self.stopper.trials_ + self._in_flight >= self.stopper.limit and not self.limits.reserved(name))
+            or (cap is not None and task.measured + self.limits.measured_before(name) >= cap)
+            or (available is not None and available <= 0)
+        )
 
     def _unmeasured(self, candidates: Any, taken: Sequence[Any] = ()) -> list[Any]:
         """``candidates`` less the untuned code and the programs this task measured or ``taken`` holds.
@@ -552,6 +544,7 @@ class AdaptiveSearch(PySearchStrategy):
         return fresh
 
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
+        self._in_flight = 0
         self._measured.update(structural_hash(c.sch.mod) for c in measure_candidates)
         self.inner.notify_runner_results(measure_candidates, results)
         means = [float(np.mean([float(s) for s in r.run_secs])) for r in results if r.error_msg is None and r.run_secs]

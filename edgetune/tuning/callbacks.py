@@ -7,8 +7,9 @@ import math
 import os
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
@@ -16,8 +17,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from ..builder.builder import CachedArtifact
+from ..builder.builds import release_artifact, resolved_path
 from ..measure.runner import TrackerRunner
-from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere
+from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere, is_stopped_before_board
 from .progress import ProgressSink, TaskProgress, TuneProgress
 from ..common.interrupts import StopRequested
 
@@ -68,8 +70,8 @@ class RecordAndReport(PyMeasureCallback):
         missing = unavailable = 0
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             error = built.error_msg or ran.error_msg
-            artifact = built.artifact_path
-            if is_board_unavailable(error) or is_claimed_elsewhere(error):
+            artifact = resolved_path(built.artifact_path)  # a build the runner waited for: its real path
+            if is_board_unavailable(error) or is_claimed_elsewhere(error) or is_stopped_before_board(error):
                 # the board was missing (or another tuner measures it), not the program: not stored
                 task.unmeasured += 1
                 missing += 1
@@ -142,8 +144,31 @@ class RecordAndReport(PyMeasureCallback):
             handle.write(json.dumps(line) + "\n")
 
 
+@contextmanager
+def record_all_then_stop() -> Iterator[Callable[..., None]]:
+    """Record every result of a batch measured outside the scheduler, then stop if a stop was asked for.
+
+    The recorder raises :class:`StopRequested` after the first task's record once a stop (Ctrl-C, a build's time
+    limit) is set; the rest of the batch, measured on the board already, would be lost.
+    """
+    stop: list[StopRequested] = []
+
+    def record(recorder: RecordAndReport, *args: Any) -> None:
+        try:
+            recorder.record(*args)
+        except StopRequested as requested:
+            stop.append(requested)
+
+    yield record
+    if stop:
+        raise stop[0]
+
+
 def remove_artifact(path: str) -> None:
-    """Delete a built candidate and its (per-candidate) directory; already gone is fine."""
+    """Done with a built candidate: deleted with its directory, unless the process keeps it for reuse (builder.builds)."""
+    if release_artifact(path):
+        return
+    path = str(resolved_path(path))
     try:
         os.unlink(path)
         os.rmdir(os.path.dirname(path))

@@ -21,10 +21,10 @@ import logging
 import math
 import os
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tvm
@@ -46,12 +46,14 @@ from ..history import open_history
 from ..costmodel.warmstart import WarmStartReport, warm_start
 from ..tasks.signature import operator_signature
 from ..measure.awaiting import AwaitingRunner
+from ..measure.pending import builds_beside_search
 from ..measure.runner import MeasureStats, TrackerRunner, timing_of
 from ..profile import DeviceProfile
 from ..provision.board import BoardChoice, choose_board, resolve_board
 from ..search import make_cost_model, make_search_strategy, make_task_scheduler
 from ..search.scheduler import SLOT_SCHEDULERS
 from ..search.strategy import AdaptiveSearch, SearchReport, TaskLimits
+from ..search.lookahead import Lookahead, build_ahead_with
 from ..search.factory import auto_population
 from ..search.default_schedule import replayed_candidate
 from ..search.transfer import best_similar_records, cached_signature, transferred_candidates
@@ -67,7 +69,7 @@ from .baseline import is_default_trace, measure_candidates, measure_defaults
 from .cache import CandidateCache
 from .claims import CandidateClaims, lease_for
 from .confirm import ConfirmedTask, mean_sec, measure_together, retime_limit, to_retime
-from .callbacks import RecordAndReport
+from .callbacks import RecordAndReport, record_all_then_stop
 from .evaluate import evaluate_end_to_end
 from .progress import ProgressSink, TaskProgress, TuneProgress, announce
 from .settings import check_combined_settings, measurement_summary, suggested_settings, with_applied
@@ -118,6 +120,8 @@ class Components:
     # (name, PrimFunc module, weight) tuned instead of the model's tasks; needs evaluate=False
     tasks: Sequence[tuple[str, Any, int]] | None = None
     load_intrinsics: bool = True  # register the target family's tensor intrinsics before the contexts
+    builds_beside: bool = True  # the search goes on while a batch builds (measure/pending.py); False: it waits, as before
+    search_ahead: bool = True  # a task's next batch searched while its last is measured (search/lookahead.py); False: after
 
 
 @dataclass
@@ -526,7 +530,9 @@ class TuningPipeline:
         """Contexts, progress and the components that build and measure; adds to ``plan`` what is measured before the search."""
         library = self.choose_library(target, plan)
         cost_model = self.make_cost_model()
-        report = SearchReport()
+        # a board that shares the host's CPU times nothing while the host works: no search ahead there
+        ahead = self.components.search_ahead and not board.awaits_measurements
+        report = SearchReport(Lookahead(stop=self.stop.event) if ahead else None)
         suggested, per_type = self.read_suggested(history, target, plan)
         strategy = self.make_search_strategy(plan, cost_model, report, per_type, self.make_seed_provider(history, target, library))
         plan.caps_enforced = isinstance(strategy, AdaptiveSearch)
@@ -561,6 +567,8 @@ class TuningPipeline:
         builder = self.make_builder(cache, claims)
         if isinstance(builder, WarmBuilder):  # a builder passed in (stock MetaSchedule's) has no workers
             stack.callback(builder.close)
+        if report.lookahead is not None:
+            report.lookahead.build_ahead = build_ahead_with(builder)
         runner = self.make_runner(address, cache, board.measure_hooks())
         if isinstance(runner, TrackerRunner):
             stack.callback(runner.close)
@@ -624,22 +632,24 @@ class TuningPipeline:
                 self.search_lagging_tasks_first(plan, session)
                 self.size_batches(plan, session)
                 outcome.scheduler = self.make_task_scheduler(session.awaits)
-                ms.tune_tasks(
-                    tasks=session.contexts,
-                    task_weights=session.weights,
-                    work_dir=str(RunDir(session.out_dir).build_logs),
-                    max_trials_global=plan.search_budget,
-                    max_trials_per_task=self.per_task_proposals(plan),
-                    num_trials_per_iter=plan.per_iter,
-                    builder=session.builder,
-                    runner=runner,
-                    # this target's records only: another board's latencies are on another scale, and its fastest
-                    # records would seed this search first (warm start and transfer weigh other boards themselves)
-                    database=session.history.for_target(session.target),
-                    cost_model=session.cost_model,
-                    measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks],
-                    task_scheduler=outcome.scheduler,
-                )
+                beside = self.components.builds_beside and not isinstance(runner, AwaitingRunner)
+                with builds_beside_search(session.builder, runner, self.stop.event, beside, session.search_report.lookahead) as search_runner:
+                    ms.tune_tasks(
+                        tasks=session.contexts,
+                        task_weights=session.weights,
+                        work_dir=str(RunDir(session.out_dir).build_logs),
+                        max_trials_global=plan.search_budget,
+                        max_trials_per_task=self.per_task_proposals(plan),
+                        num_trials_per_iter=plan.per_iter,
+                        builder=session.builder,
+                        runner=search_runner,
+                        # this target's records only: another board's latencies are on another scale, and its fastest
+                        # records would seed this search first (warm start and transfer weigh other boards themselves)
+                        database=session.history.for_target(session.target),
+                        cost_model=session.cost_model,
+                        measure_callbacks=[recorder, ms.measure_callback.UpdateCostModel(), *self.components.measure_callbacks],
+                        task_scheduler=outcome.scheduler,
+                    )
                 if self.stop.event.is_set():
                     # MetaSchedule's stock schedulers catch a callback's StopRequested, end
                     # that task and return normally once every task has ended
@@ -816,7 +826,7 @@ class TuningPipeline:
         for rank in range(max(map(len, plan.library_candidates.values()))):  # one batch per rank: the best first
             by_task = {i: found[rank] for i, found in plan.library_candidates.items() if rank < len(found)}
             measured = measure_candidates(session.contexts, by_task, session.builder, session.runner)
-            with _record_all_then_stop() as record:
+            with record_all_then_stop() as record:
                 for index, (candidate, built, ran) in measured.items():
                     name = progress.tasks[index].name
                     plan.limits.add_measured_before(name)
@@ -864,7 +874,7 @@ class TuningPipeline:
         progress.phase = "measuring each task's default schedule (the untuned baseline)"
         self.sink.on_phase(progress)
         measured = measure_defaults(session.contexts, indices, session.builder, session.runner)
-        with _record_all_then_stop() as record:
+        with record_all_then_stop() as record:
             for index, (candidate, built, ran) in measured.items():
                 plan.limits.add_measured_before(progress.tasks[index].name)
                 ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
@@ -958,9 +968,9 @@ class TuningPipeline:
             graph=_graph_info(session.model, plan.inventory),
             schedules=library.to_dict() if library is not None else None,
             host_time=dataclasses.asdict(host_time(
-                outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds,
+                outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds + builder_stats.waited_seconds,
                 runner_stats.device_seconds + runner_stats.upload_seconds + runner_stats.session_seconds,
-                runner_stats.measured,
+                runner_stats.measured, report.lookahead.seconds if report.lookahead is not None else 0.0,
             )),
         )
 
@@ -977,26 +987,6 @@ def _task_flops(mod: Any) -> float:
         return float(estimate_tir_flops(mod))
     except Exception:  # some fused functions have no countable loops
         return 0.0
-
-
-@contextmanager
-def _record_all_then_stop() -> Iterator[Callable[..., None]]:
-    """Record every result of a batch measured outside the scheduler, then stop if a stop was asked for.
-
-    The recorder raises :class:`StopRequested` after the first task's record once a stop (Ctrl-C, a build's time
-    limit) is set; the rest of the batch, measured on the board already, would be lost.
-    """
-    stop: list[StopRequested] = []
-
-    def record(recorder: RecordAndReport, *args: Any) -> None:
-        try:
-            recorder.record(*args)
-        except StopRequested as requested:
-            stop.append(requested)
-
-    yield record
-    if stop:
-        raise stop[0]
 
 
 def _mean_or_none(run_secs: Sequence[float] | None) -> float | None:

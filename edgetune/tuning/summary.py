@@ -72,8 +72,11 @@ class HostTime:
     ``search``: making batches, less the cost model's predictions in it; ``features``: the cost model's feature
     rows (``feature_hits`` of ``feature_hits + feature_misses`` rows served by the cache); ``cost_model``: its
     fits and predictions less features (None for a cost model that does not keep time); ``build``: candidates
-    built; ``board``: timing, upload and RPC sessions; ``other``: the rest of the wall clock (the task
-    scheduler, callbacks, the history, default and library schedules' overhead), never below 0.
+    built (the tuning thread in the builder, and the runner waiting for builds left to run beside the search:
+    then they overlap the search); ``board``: timing, upload and RPC sessions; ``other``: the rest of the wall
+    clock (the task scheduler, callbacks, the history, default and library schedules' overhead), never below 0.
+    ``ahead``: of ``search``, what was searched while the board measured the task's last batch
+    (search/lookahead.py): host time the board hid, so not counted again in ``other``.
     """
 
     search: float
@@ -85,6 +88,7 @@ class HostTime:
     measured_trials: int
     feature_hits: int = 0
     feature_misses: int = 0
+    ahead: float = 0.0
 
     @property
     def host_seconds(self) -> float:
@@ -101,13 +105,19 @@ class HostTime:
         parts = [("search", self.search), ("features", self.features), ("cost model", self.cost_model),
                  ("build", self.build), ("other", self.other)]
         shown = ", ".join(f"{name} {value / self.measured_trials:.3f}" for name, value in parts if value is not None)
+        if self.ahead:
+            shown += f"; searched ahead while the board measured {self.ahead / self.measured_trials:.3f}"
         return (f"host time {self.per_trial:.3f} s per measured trial ({shown}); board {self.board / self.measured_trials:.3f} s"
                 + (f"; feature rows {self.feature_hits} of {self.feature_hits + self.feature_misses} from the cache"
                    if self.feature_hits + self.feature_misses else ""))
 
 
-def host_time(wall: float, search: float, cost_model: Any, build: float, board: float, measured: int) -> HostTime:
-    """The host's share of ``wall`` by component; ``cost_model`` is read for the times it keeps (the random forest)."""
+def host_time(wall: float, search: float, cost_model: Any, build: float, board: float, measured: int,
+              ahead: float = 0.0) -> HostTime:
+    """The host's share of ``wall`` by component; ``cost_model`` is read for the times it keeps (the random forest).
+
+    ``ahead``: seconds of ``search`` made while the board measured (they overlap ``board``).
+    """
     from ..costmodel.surrogate import RandomForestModel
 
     keeps_time = isinstance(cost_model, RandomForestModel)
@@ -121,7 +131,7 @@ def host_time(wall: float, search: float, cost_model: Any, build: float, board: 
     used = search + (feature_sec or 0.0) + (model_sec or 0.0) + build + board
     return HostTime(
         search=search, features=feature_sec, cost_model=model_sec, build=build, board=board,
-        other=max(0.0, wall - used), measured_trials=measured,
+        other=max(0.0, wall - used + ahead), measured_trials=measured, ahead=ahead,
         feature_hits=features.hits if features is not None else 0,
         feature_misses=features.misses if features is not None else 0,
     )

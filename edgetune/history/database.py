@@ -62,7 +62,7 @@ from edgetune.history.sql import (
     sha256,
     target_json,
 )
-from edgetune.history.recipes import SqlRecipes
+from edgetune.history.sql_recipes import SqlRecipes
 from edgetune.history.sql_claims import SqlClaims
 from edgetune.history.trace_codec import record_as_json
 from edgetune.history.sql_operations import SqlOperations

@@ -5,7 +5,7 @@ the convolution layout, the graph optimization level, the fast-math pass and
 weight prepacking all change those workloads. So ``edgetune tune`` decides the
 :class:`Recipe` from the profile once (:func:`recipe_from_settings`), prepares
 the model with it (:func:`prepare_model`) and records it: ``summary.json``
-(``recipe``) and the history (:mod:`edgetune.history.recipes`). The untuned
+(``recipe``) and the history (:mod:`edgetune.history.sql_recipes`). The untuned
 build, the tuned build and ``edgetune deploy --model M --db H`` prepare the
 model from that record with :func:`prepare_model` too, never from a profile's
 current settings.

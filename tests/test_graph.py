@@ -603,7 +603,7 @@ def test_deploy_from_a_history_tuned_before_fast_math_builds_the_kernels_it_hold
     before, after = compiled
     assert "fast_erf" not in before and "erf" in before
     assert "fast_erf" in after and "erf" not in after.replace("fast_erf", "")
-    assert (recipes["before"]["fast_math"], recipes["after"]["fast_math"]) == (False, True)
+    assert (recipes["before"]["switches"]["fast_math"], recipes["after"]["switches"]["fast_math"]) == (False, True)
     assert recipes["before"]["inferred"] and recipes["after"]["inferred"]
     (line,) = warned["before"]
     assert line.startswith("warning: ") and "holds no recipe" in line and "fast-math off" in line and "stored in the history" in line

@@ -235,7 +235,7 @@ def test_read_only_store_refuses_every_write(store, store_url):
 def _recipe(**changes):
     from edgetune.tasks.recipe import Recipe, RecipePass
 
-    recipe = Recipe("auto", "NCHWc", "full", True, False, (RecipePass("fold-constants", "applied"),), "0.27")
+    recipe = Recipe("auto", "NCHWc", "full", False, (("fast_math", True),), (RecipePass("fold-constants", "applied"),), "0.27")
     return dataclasses.replace(recipe, **changes)
 
 
@@ -243,9 +243,9 @@ def test_recipes_per_model_and_target_the_last_one_wins(store, store_url):
     """A tune's recipe is kept per (model, target); an older history holds none; a read-only handle reads, never writes."""
     model, other = "ab" * 32, "cd" * 32
     assert store.recipes.load(model, ARM) is None  # tuned before recipes were recorded
-    store.recipes.store(model, ARM, _recipe(fast_math=False))
+    store.recipes.store(model, ARM, _recipe(switches=(("fast_math", False),)))
     store.recipes.store(model, X86, _recipe(conv_layout="as-is", conv_layout_applied="as-is"))
-    assert store.recipes.load(model, ARM) == _recipe(fast_math=False)
+    assert store.recipes.load(model, ARM) == _recipe(switches=(("fast_math", False),))
     assert store.recipes.load(model, X86).conv_layout_applied == "as-is" and store.recipes.load(other, ARM) is None
     store.recipes.store(model, ARM, _recipe(prepack_weights=True))  # tuned again: the last tune's recipe
     reader = open_history(store_url, read_only=True)

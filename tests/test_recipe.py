@@ -26,9 +26,6 @@ from conftest import SESSION_KEY
 from edgetune.errors import HistoryError, RecipeError
 from edgetune.tasks.recipe import Recipe, RecipePass
 
-pytestmark = pytest.mark.integration
-
-
 def recipe_net() -> bytes:
     """Conv + bias + ReLU, global average pool, a dense layer and a sigmoid: six tasks, in milliseconds each."""
     rng = np.random.default_rng(0)
@@ -116,10 +113,11 @@ def assert_built_as_tuned(summary, source, built, lines) -> None:
         history.close()
 
 
+@pytest.mark.integration
 def test_deploy_builds_a_run_tuned_with_fast_math_off(fast_math_off, monkeypatch, tmp_path: Path) -> None:
     summary = fast_math_off
     on_disk = json.loads((Path(summary.history.removeprefix("sqlite:///")).parent / "summary.json").read_text())
-    assert on_disk["recipe"] == summary.recipe and summary.recipe["fast_math"] is False
+    assert on_disk["recipe"] == summary.recipe and summary.recipe["switches"]["fast_math"] is False
     assert "fast-math" not in [p["name"] for p in summary.recipe["passes"]]
     now = {"fast_math": True}
     source, built, lines = deploy_build(monkeypatch, summary, tmp_path, now)
@@ -127,6 +125,7 @@ def test_deploy_builds_a_run_tuned_with_fast_math_off(fast_math_off, monkeypatch
     assert "fast_exp" not in built[0].script()  # libm's exp, as tuned
 
 
+@pytest.mark.integration
 def test_deploy_builds_a_run_tuned_with_prepacking_on(net, loopback_board, monkeypatch, tmp_path: Path) -> None:
     from edgetune.artifact.compile import compare_outputs, run_on_board
     from edgetune.tasks import load_model
@@ -142,6 +141,7 @@ def test_deploy_builds_a_run_tuned_with_prepacking_on(net, loopback_board, monke
     assert compare_outputs(model.reference_outputs(feeds), ran.outputs)[0]
 
 
+@pytest.mark.integration
 def test_deploy_builds_a_run_tuned_with_layout_as_is(net, loopback_board, monkeypatch, tmp_path: Path) -> None:
     summary = tune(net, loopback_board, tmp_path / "run", conv_layout="as-is")
     assert (summary.recipe["conv_layout"], summary.recipe["conv_layout_applied"]) == ("as-is", "as-is")
@@ -158,6 +158,7 @@ def test_deploy_builds_a_run_tuned_with_layout_as_is(net, loopback_board, monkey
         source_from_model(str(net), "host", summary.history, tmp_path / "other", conv_layout="NHWC")
 
 
+@pytest.mark.integration
 def test_a_history_without_a_recipe_gets_it_inferred_once_with_a_warning(fast_math_off, monkeypatch, tmp_path: Path) -> None:
     """A history an older edgetune tuned (no recipe): inferred from the profile and the kernels it holds, said in one
     warning line, stored; the next deploy reads it and says nothing."""
@@ -181,10 +182,11 @@ def test_a_recipe_reads_back_and_a_damaged_one_is_one_line(tmp_path: Path) -> No
     from edgetune.history import open_history
     from edgetune.profile import load_profile
 
-    recipe = Recipe("auto", "NCHWc", "full", False, True, (RecipePass("layout-NCHWc", "skipped", "why"),), "0.27")
+    recipe = Recipe("auto", "NCHWc", "full", True, (("fast_math", False),), (RecipePass("layout-NCHWc", "skipped", "why"),), "0.27")
+    assert not recipe.fast_math and recipe.describe() == "layout NCHWc (asked auto), graph full, fast-math off, prepacking on"
     assert Recipe.from_json(recipe.to_json()) == recipe
     assert Recipe.from_dict({**recipe.to_dict(), "a_newer_field": 1}) == recipe
-    with pytest.raises(RecipeError, match="must have fast_math, prepack_weights"):
+    with pytest.raises(RecipeError, match="must have prepack_weights, switches"):
         Recipe.from_dict({"conv_layout": "auto", "conv_layout_applied": "as-is", "graph_optimization": "full"})
     target = load_profile("host").tvm_target()
     history = open_history(str(tmp_path / "h.db"))
@@ -200,3 +202,36 @@ def test_a_recipe_reads_back_and_a_damaged_one_is_one_line(tmp_path: Path) -> No
             history.recipes.load("ab" * 32, target)
     finally:
         history.close()
+
+
+def test_a_new_pass_and_its_switch_are_recorded_and_rebuilt_with_no_change_to_the_recipe(net: Path, monkeypatch) -> None:
+    """Passes and switches are data: a keyword-only switch added to prepare_graph is read from the tuning key of its
+    name, recorded and given back on rebuild; the pass it adds appears among the recipe's passes as it went."""
+    import dataclasses
+    import types
+
+    from edgetune.profile import load_profile
+    from edgetune.tasks import load_model, recipe as recipe_module
+    from edgetune.tasks.graph import GraphPass
+
+    real = recipe_module.prepare_graph
+    seen: list[bool] = []
+
+    def prepare_graph(model, conv_layout="auto", optimization="full", target=None, *, fast_math=True, shiny=True):
+        seen.append(shiny)
+        prepared = real(model, conv_layout, optimization, target, fast_math=fast_math)
+        status = "applied" if shiny else "unchanged"
+        return dataclasses.replace(prepared, graph=dataclasses.replace(prepared.graph, passes=[*prepared.graph.passes, GraphPass("shiny", status)]))
+
+    monkeypatch.setattr(recipe_module, "prepare_graph", prepare_graph)
+    profile = load_profile("host")
+    target = profile.tvm_target()
+    tuning = types.SimpleNamespace(**{**vars(profile.tuning), "shiny": False, "conv_layout": "as-is"})
+    recipe = recipe_module.recipe_from_settings(tuning, target)
+    assert dict(recipe.switches) == {"fast_math": True, "shiny": False}
+    prepared = recipe_module.prepare_model(load_model(str(net)), Recipe.from_json(recipe.to_json()), target)
+    assert seen == [False] and prepared.recipe.passes[-1] == RecipePass("shiny", "unchanged")
+    assert "shiny off" in prepared.recipe.describe()
+    monkeypatch.setattr(recipe_module, "prepare_graph", real)  # an edgetune without the switch refuses to guess
+    with pytest.raises(RecipeError, match="got shiny instead: the model was tuned by another edgetune"):
+        recipe_module.prepare_model(load_model(str(net)), recipe, target)

@@ -53,7 +53,7 @@ def infer_recipe(
     candidates = [asked]
     if asked.fast_math:
         # a history tuned before the fast-math pass holds the exact kernels' records
-        candidates.append(dataclasses.replace(asked, fast_math=False))
+        candidates.append(asked.with_switch("fast_math", False))
     best: tuple[Recipe, int] | None = None
     for candidate in candidates:
         prepared = prepare_model(model, candidate, target)

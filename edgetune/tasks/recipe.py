@@ -10,15 +10,18 @@ build, the tuned build and ``edgetune deploy --model M --db H`` prepare the
 model from that record with :func:`prepare_model` too, never from a profile's
 current settings.
 
-The passes are data: each is copied from
+The passes and switches are data: each pass is copied from
 :attr:`GraphReport.passes <edgetune.tasks.graph.GraphReport.passes>` as it ran,
 so a pass added to :func:`~edgetune.tasks.graph.prepare_graph` appears in the
-recipe as it is.
+recipe as it is, and each keyword-only switch of ``prepare_graph``
+(``fast_math``...) is read from the profile's ``tuning`` key of the same name,
+recorded, and given back when the recipe is built (:func:`graph_switches`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,16 +31,26 @@ from .graph import prepare_graph, resolve_conv_layout
 from .models import LoadedModel, prepacks_weights
 
 #: the fields that decide what is built (the rest says how it went)
-BUILD_FIELDS = ("conv_layout_applied", "graph_optimization", "fast_math", "prepack_weights")
+BUILD_FIELDS = ("conv_layout_applied", "graph_optimization", "prepack_weights", "switches")
 
 
 class TuningSettings(Protocol):
-    """The profile keys a recipe is decided from (a profile's ``tuning`` section)."""
+    """The profile keys a recipe is decided from (a profile's ``tuning`` section); and one per :func:`graph_switches`."""
 
     conv_layout: str
     graph_optimization: str
-    fast_math: bool
     prepack_weights: bool
+
+
+def graph_switches() -> dict[str, Any]:
+    """:func:`~edgetune.tasks.graph.prepare_graph`'s keyword-only switches and their defaults (``fast_math``...).
+
+    Each is read from the profile's ``tuning`` key of the same name (``tuning.fast_math``), recorded in a
+    recipe and given back to ``prepare_graph`` when the recipe is built: a switch added there is recorded
+    and rebuilt with nothing to change here.
+    """
+    parameters = inspect.signature(prepare_graph).parameters.values()
+    return {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 @dataclass(frozen=True)
@@ -56,11 +69,24 @@ class Recipe:
     conv_layout: str  # as asked (tuning.conv_layout, or --conv-layout)
     conv_layout_applied: str  # resolved for the target ("auto" -> "NCHWc", "as-is"...): what prepare_graph is given
     graph_optimization: str
-    fast_math: bool  # whether the fast-math pass was asked for (only at graph_optimization "full")
     prepack_weights: bool  # tuning.prepack_weights as it applies to the target (CPU targets only)
+    #: prepare_graph's switches as asked, sorted by name: (("fast_math", True), ...); one not recorded takes its default
+    switches: tuple[tuple[str, Any], ...] = ()
     passes: tuple[RecipePass, ...] = ()  # empty until the model is prepared
     tvm_version: str = ""
     inferred: bool = False  # guessed for a history tuned before recipes were recorded
+
+    def switch(self, name: str) -> Any:
+        """The recorded value of one of prepare_graph's switches, else its default."""
+        return dict(self.switches).get(name, graph_switches().get(name))
+
+    def with_switch(self, name: str, value: Any) -> "Recipe":
+        return dataclasses.replace(self, switches=tuple(sorted({**dict(self.switches), name: value}.items())))
+
+    @property
+    def fast_math(self) -> bool:
+        """Whether the fast-math pass was asked for: ``tuning.fast_math`` at graph optimization ``full``."""
+        return bool(self.switch("fast_math")) and self.graph_optimization == "full"
 
     def build_key(self) -> tuple[Any, ...]:
         """What decides the prepared graph: two recipes with one key build the same workloads."""
@@ -69,11 +95,12 @@ class Recipe:
     def describe(self) -> str:
         """One line: ``layout NCHWc (asked auto), graph full, fast-math on, prepacking off``."""
         asked = f" (asked {self.conv_layout})" if self.conv_layout != self.conv_layout_applied else ""
-        return (f"layout {self.conv_layout_applied}{asked}, graph {self.graph_optimization}, "
-                f"fast-math {'on' if self.fast_math else 'off'}, prepacking {'on' if self.prepack_weights else 'off'}")
+        switches = [f"{name.replace('_', '-')} {_on_off(value)}" for name, value in self.switches if name != "fast_math"]
+        return ", ".join([f"layout {self.conv_layout_applied}{asked}", f"graph {self.graph_optimization}",
+                          f"fast-math {_on_off(self.fast_math)}", *switches, f"prepacking {_on_off(self.prepack_weights)}"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "passes": [dataclasses.asdict(p) for p in self.passes]}
+        return {**dataclasses.asdict(self), "switches": dict(self.switches), "passes": [dataclasses.asdict(p) for p in self.passes]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -88,10 +115,11 @@ class Recipe:
             raise RecipeError(f"a recipe must have {', '.join(missing)}, got only {', '.join(sorted(data)) or 'nothing'} instead")
         try:
             passes = tuple(RecipePass(str(p["name"]), str(p["status"]), str(p.get("detail", ""))) for p in data.get("passes", ()))
-        except (TypeError, KeyError) as error:
-            raise RecipeError(f"a recipe's passes must be objects with a name and a status, got {error!r} instead") from None
+            switches = tuple(sorted(dict(data["switches"]).items()))
+        except (TypeError, KeyError, ValueError, AttributeError) as error:
+            raise RecipeError(f"a recipe's passes and switches must be objects, got {error!r} instead") from None
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{**{k: v for k, v in data.items() if k in known}, "passes": passes})
+        return cls(**{**{k: v for k, v in data.items() if k in known}, "passes": passes, "switches": switches})
 
     @classmethod
     def from_json(cls, text: str) -> "Recipe":
@@ -102,6 +130,10 @@ class Recipe:
         return cls.from_dict(data)
 
 
+def _on_off(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
 def recipe_from_settings(tuning: TuningSettings, target: Any, conv_layout: str | None = None) -> Recipe:
     """The recipe a profile's ``tuning`` settings ask for on ``target`` (``conv_layout`` overrides its layout).
 
@@ -110,13 +142,13 @@ def recipe_from_settings(tuning: TuningSettings, target: Any, conv_layout: str |
     import tvm
 
     asked = conv_layout or tuning.conv_layout
-    optimization = tuning.graph_optimization
     return Recipe(
         conv_layout=asked,
         conv_layout_applied=resolve_conv_layout(asked, target),
-        graph_optimization=optimization,
-        fast_math=bool(tuning.fast_math) and optimization == "full",
+        graph_optimization=tuning.graph_optimization,
         prepack_weights=prepacks_weights(tuning.prepack_weights, target),
+        # a switch without a profile key of its name keeps prepare_graph's default
+        switches=tuple(sorted((name, getattr(tuning, name, default)) for name, default in graph_switches().items())),
         tvm_version=tvm.__version__,
     )
 
@@ -130,8 +162,15 @@ def prepare_model(model: LoadedModel, recipe: Recipe, target: Any) -> LoadedMode
     """
     import tvm
 
+    known = graph_switches()
+    unknown = sorted(name for name, _value in recipe.switches if name not in known)
+    if unknown:
+        raise RecipeError(
+            f"a recipe's switches must be among this edgetune's graph switches ({', '.join(known)}), got "
+            f"{', '.join(unknown)} instead: the model was tuned by another edgetune; tune it again with this one"
+        )
     prepared = prepare_graph(
-        model, recipe.conv_layout_applied, recipe.graph_optimization, target, fast_math=recipe.fast_math
+        model, recipe.conv_layout_applied, recipe.graph_optimization, target, **dict(recipe.switches)
     )
     passes = tuple(RecipePass(p.name, p.status, p.detail) for p in prepared.graph.passes)
     done = dataclasses.replace(recipe, passes=passes, tvm_version=recipe.tvm_version or tvm.__version__)

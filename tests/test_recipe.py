@@ -178,6 +178,28 @@ def test_a_history_without_a_recipe_gets_it_inferred_once_with_a_warning(fast_ma
     assert quiet == [] and again.recipe == source.recipe
 
 
+@pytest.mark.integration
+def test_passes_that_went_otherwise_than_when_tuned_are_one_warning(fast_math_off, monkeypatch, tmp_path: Path) -> None:
+    """Another edgetune's recipe: the recorded build is built, and a pass it lists that this one did not run is said."""
+    import dataclasses
+
+    from edgetune.history import open_history
+
+    summary, db = fast_math_off, tmp_path / "other.db"
+    shutil.copyfile(summary.history.removeprefix("sqlite:///"), db)
+    tuned = Recipe.from_dict(summary.recipe)
+    target = edgetune.profile.load_profile("host").tvm_target()
+    history = open_history(str(db))
+    try:
+        history.recipes.store(summary.model.sha256, target, dataclasses.replace(tuned, passes=(*tuned.passes, RecipePass("newer", "applied"))))
+    finally:
+        history.close()
+    source, _built, lines = deploy_build(monkeypatch, summary, tmp_path / "deploy", {}, db=str(db))
+    (line,) = lines
+    assert line.startswith("warning: the graph's passes went otherwise") and "newer applied" in line
+    assert Recipe.from_dict(source.recipe).build_key() == tuned.build_key()
+
+
 def test_a_recipe_reads_back_and_a_damaged_one_is_one_line(tmp_path: Path) -> None:
     from edgetune.history import open_history
     from edgetune.profile import load_profile

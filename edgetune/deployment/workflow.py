@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from ..provision.baseline import time_baseline_on_board
 from ..provision.ssh import BoardConnection
 from .runner_template import RUN_PY, RUNTIME_JSON
 from .ship import ARTIFACT, Deployment, activate, deployments_root, new_version, safe_model_name, sha256_file, upload
+
+if TYPE_CHECKING:
+    from ..tasks.recipe import Recipe
 
 _log = logging.getLogger(__name__)
 SUMMARY = RunDir.SUMMARY
@@ -162,7 +165,7 @@ def source_from_model(
     )
 
 
-def _check_passes(recorded: Any, built: Any, say: Callable[[str], None]) -> None:
+def _check_passes(recorded: "Recipe", built: "Recipe", say: Callable[[str], None]) -> None:
     """One warning line when the graph's passes went otherwise than when it was tuned (another edgetune or TVM)."""
     before = [(p.name, p.status) for p in recorded.passes]
     after = [(p.name, p.status) for p in built.passes]

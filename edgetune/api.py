@@ -266,8 +266,11 @@ def deploy(
     ``run`` is what :func:`tune` returned (its :class:`~edgetune.tuning.TuneSummary`)
     or a run directory; or, instead of ``run``, ``model`` (anything :func:`tune`
     accepts) is compiled for the board's profile with the best schedules of the
-    history ``db``, its convolutions in ``conv_layout`` (default: the
-    profile's ``tuning.conv_layout``; give the one the history was tuned in).
+    history ``db``, prepared as the recipe the history recorded when it was
+    tuned (layout, graph optimization, fast-math, prepacking), not as the
+    profile's settings are now; ``conv_layout`` is the layout of a history
+    tuned by an older edgetune, which records no recipe (it is inferred, with a
+    warning).
     ``board`` names a board of the inventory. With ``verify`` (the default)
     the board's outputs are checked against a host reference within
     ``rtol``/``atol`` and the model benchmarked there. ``log`` receives

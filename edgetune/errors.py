@@ -103,6 +103,12 @@ class CostModelError(EdgetuneError, ValueError):
     exit_code = 2
 
 
+class RecipeError(EdgetuneError, ValueError):
+    """A recorded recipe (how a run's graph was prepared) cannot be read, or is not the one asked for."""
+
+    exit_code = 2
+
+
 class HistoryError(EdgetuneError, RuntimeError):
     """The history database cannot be opened, read or written."""
 

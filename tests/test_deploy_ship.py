@@ -164,6 +164,7 @@ def test_model_mode_compiles_for_the_boards_profile(site: Site, tmp_path: Path) 
     current = _model_dir(site) / "current"
     manifest = json.loads((current / "manifest.json").read_text())
     assert manifest["model"]["source"] == MODEL and manifest["profile"] == "host" and manifest["history"] is None
+    assert manifest["recipe"]["conv_layout"] == "auto" and manifest["recipe"]["passes"]  # without a history: the profile's
     assert hashlib.sha256((current / "model.so").read_bytes()).hexdigest() == manifest["artifact"]["sha256"]
     assert (tmp_path / "local" / "lo" / os.readlink(current) / "manifest.json").is_file()
     assert_one_error(site.cli("deploy", "--board", "lo", "--no-verify", "--model", MODEL, "--profile", "rk3399"), 2,

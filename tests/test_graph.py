@@ -569,12 +569,15 @@ def _history_of(path: Path, mod: tvm.IRModule, target) -> str:
 
 
 def test_deploy_from_a_history_tuned_before_fast_math_builds_the_kernels_it_holds(tmp_path: Path, monkeypatch) -> None:
-    """`deploy --model M --db H`: H from before the fast-math pass holds the exact kernels' records, which
-    the fast-math graph would not match (its GELU dense layer would be built untuned); H from after, the fast ones."""
+    """`deploy --model M --db H` of a history that records no recipe (an older edgetune's): H from before the
+    fast-math pass holds the exact kernels' records, which the fast-math graph would not match (its GELU dense
+    layer would be built untuned); H from after, the fast ones. The recipe is inferred once, said in a warning,
+    and stored in H: the next deploy reads it and warns no more."""
     from onnx import TensorProto
 
     from edgetune.artifact import compile as artifact_compile
-    from edgetune.deployment.workflow import source_from_model, tuned_kernels
+    from edgetune.deployment.recorded_recipe import tuned_kernels
+    from edgetune.deployment.workflow import source_from_model
     from edgetune.profile import load_profile
 
     path = tmp_path / "activations.onnx"
@@ -591,16 +594,27 @@ def test_deploy_from_a_history_tuned_before_fast_math_builds_the_kernels_it_hold
         return real(mod, target, history, prepack_weights=prepack_weights)
 
     monkeypatch.setattr(artifact_compile, "compile_model", spy)
+    warned: dict[str, list[str]] = {}
+    recipes = {}
     for name, graph in (("before", exact), ("after", fast)):
         db = _history_of(tmp_path / f"{name}.db", graph.mod, target)
-        source_from_model(str(path), "host", db, tmp_path / name)
+        warned[name] = []
+        recipes[name] = source_from_model(str(path), "host", db, tmp_path / name, log=warned[name].append).recipe
     before, after = compiled
     assert "fast_erf" not in before and "erf" in before
     assert "fast_erf" in after and "erf" not in after.replace("fast_erf", "")
+    assert (recipes["before"]["switches"]["fast_math"], recipes["after"]["switches"]["fast_math"]) == (False, True)
+    assert recipes["before"]["inferred"] and recipes["after"]["inferred"]
+    (line,) = warned["before"]
+    assert line.startswith("warning: ") and "holds no recipe" in line and "fast-math off" in line and "stored in the history" in line
     from edgetune.history import open_history
 
     history = open_history(str(tmp_path / "before.db"), read_only=True)
     try:
         assert tuned_kernels(exact.mod, target, history, False) > tuned_kernels(fast.mod, target, history, False)
+        assert history.recipes.load(loaded.sha256, target).fast_math is False  # stored: inferred once
     finally:
         history.close()
+    again: list[str] = []
+    assert source_from_model(str(path), "host", str(tmp_path / "before.db"), tmp_path / "again", log=again.append).recipe == recipes["before"]
+    assert again == [] and "fast_erf" not in compiled[-1]

@@ -10,6 +10,7 @@ new backend can be checked by adding it to the fixture.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -24,7 +25,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir import Schedule
 
 from edgetune.errors import HistoryError
-from edgetune.history import BulkStore, ClaimStore, HistoryStore, open_history
+from edgetune.history import BulkStore, ClaimStore, HistoryStore, RecipeStore, open_history
 from edgetune.history.store import RECORD_FIELDS, WORKLOAD_FIELDS, ClaimOwner
 from test_history import ARM, MOD, X86, _matmul_sized, _record, _schedule, _secs
 from test_history import db_url as store_url  # noqa: F401 - the per-backend fixture
@@ -55,7 +56,7 @@ def store(store_url: str) -> HistoryStore:
 def test_what_open_history_returns_is_a_store(store):
     assert isinstance(store, HistoryStore)
     # composed of smaller stores, each its own interface
-    assert isinstance(store.claims, ClaimStore) and isinstance(store.bulk, BulkStore)
+    assert isinstance(store.claims, ClaimStore) and isinstance(store.bulk, BulkStore) and isinstance(store.recipes, RecipeStore)
     assert "://" in store.url or Path(store.url).name == "tuning.db"
 
 
@@ -231,9 +232,35 @@ def test_read_only_store_refuses_every_write(store, store_url):
         reader.close()
 
 
+def _recipe(**changes):
+    from edgetune.tasks.recipe import Recipe, RecipePass
+
+    recipe = Recipe("auto", "NCHWc", "full", False, (("fast_math", True),), (RecipePass("fold-constants", "applied"),), "0.27")
+    return dataclasses.replace(recipe, **changes)
+
+
+def test_recipes_per_model_and_target_the_last_one_wins(store, store_url):
+    """A tune's recipe is kept per (model, target); an older history holds none; a read-only handle reads, never writes."""
+    model, other = "ab" * 32, "cd" * 32
+    assert store.recipes.load(model, ARM) is None  # tuned before recipes were recorded
+    store.recipes.store(model, ARM, _recipe(switches=(("fast_math", False),)))
+    store.recipes.store(model, X86, _recipe(conv_layout="as-is", conv_layout_applied="as-is"))
+    assert store.recipes.load(model, ARM) == _recipe(switches=(("fast_math", False),))
+    assert store.recipes.load(model, X86).conv_layout_applied == "as-is" and store.recipes.load(other, ARM) is None
+    store.recipes.store(model, ARM, _recipe(prepack_weights=True))  # tuned again: the last tune's recipe
+    reader = open_history(store_url, read_only=True)
+    try:
+        assert reader.recipes.load(model, ARM) == _recipe(prepack_weights=True)
+        with pytest.raises(HistoryError, match="read-only"):
+            reader.recipes.store(other, ARM, _recipe())
+    finally:
+        reader.close()
+    assert store.count_records() == 5  # beside the records, which stay as they were
+
+
 def test_only_the_sql_backend_touches_the_tables():
     """Everything outside the SQL backend goes through the store's methods."""
-    backend = {"database.py", "sql_operations.py", "sql_claims.py", "sql.py", "schema.py", "migrate.py"}
+    backend = {"database.py", "sql_operations.py", "sql_claims.py", "sql_recipes.py", "sql.py", "schema.py", "migrate.py"}
     private = {"_access", "_entries", "_write_transaction", "_all_workloads", "_find", "_insert_workload", "_to_records"}
     offenders = []
     for path in sorted((REPO / "edgetune").rglob("*.py")):

@@ -162,7 +162,7 @@ def test_model_so_is_the_untuned_build_when_the_tuned_one_measures_slower(tmp_pa
     monkeypatch.setattr(evaluate, "compile_model", lambda mod, target, history=None, prepack_weights=False: b"tuned" if history is not None else b"untuned")
     monkeypatch.setattr(evaluate, "export_model", fake_export)
     monkeypatch.setattr(evaluate, "run_on_board", fake_run)
-    model = types.SimpleNamespace(mod=None, inputs=[], random_inputs=lambda seed: {})
+    model = types.SimpleNamespace(mod=None, inputs=[], random_inputs=lambda seed: {}, recipe=types.SimpleNamespace(prepack_weights=False))
     result = evaluate.evaluate_end_to_end(model, load_profile("host"), TARGET, object(), None, tmp_path)
     assert result.delivered == "untuned"
     assert (tmp_path / "model.so").read_bytes() == b"untuned"

@@ -46,9 +46,9 @@ def add_deploy_parser(sub: Any) -> None:
     deploy.add_argument("--profile", metavar="P", help="with --model: must match the board's profile (default: it)")
     deploy.add_argument("--db", metavar="URL", help="with --model: history database whose best schedules are used")
     deploy.add_argument("--conv-layout", choices=CONV_LAYOUTS, default=None, metavar="LAYOUT",
-                        help="with --model: the convolution layout the history was tuned in, if not the profile's "
-                        "tuning.conv_layout (as `edgetune tune --conv-layout` overrode it); one of "
-                        + ", ".join(CONV_LAYOUTS))
+                        help="with --model: the convolution layout the history was tuned in, for a history an older "
+                        "edgetune tuned, which records no recipe (a recorded recipe is built as it is: the layout, graph "
+                        "optimization, fast-math and prepacking of the tune); one of " + ", ".join(CONV_LAYOUTS))
     deploy.add_argument("--rollback", metavar="MODEL", help="switch MODEL's `current` back to its previous version")
     deploy.add_argument("--no-verify", action="store_true", help="skip the RPC check and the benchmark (upload + sha256 only)")
     deploy.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance against the host reference (default 1e-3)")

@@ -80,7 +80,7 @@ def deploy_run(
             if obj is not None:  # kept beside the manifest, which names it as the model's source
                 spec = str(save_model(obj, local_dir / "models" / f"{name or DEFAULT_MODEL_NAME}{suffix}"))
             source = source_from_model(spec, profile or entry.profile, None if db is None else os.fspath(db), Path(tmp),
-                                       conv_layout=conv_layout)
+                                       conv_layout=conv_layout, log=log)
         return deploy_to_board(
             entry, inventory_data, source, local_dir, verify=verify, tolerance=Tolerance(rtol, atol), warmup=warmup,
             repeat=repeat, accept_new_host_key=accept_new_host_key, log=log or (lambda _message: None),

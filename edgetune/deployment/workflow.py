@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import posixpath
 import shlex
@@ -17,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -30,6 +31,10 @@ from ..provision.ssh import BoardConnection
 from .runner_template import RUN_PY, RUNTIME_JSON
 from .ship import ARTIFACT, Deployment, activate, deployments_root, new_version, safe_model_name, sha256_file, upload
 
+if TYPE_CHECKING:
+    from ..tasks.recipe import Recipe
+
+_log = logging.getLogger(__name__)
 SUMMARY = RunDir.SUMMARY
 MANIFEST = "manifest.json"
 RUNNER = "run.py"
@@ -60,6 +65,7 @@ class DeploySource:
     history_digest: str | None = None
     tuned_latency: dict | None = None
     untuned_latency: dict | None = None
+    recipe: dict | None = None  # how the model's graph was prepared (tasks.recipe.Recipe.to_dict); None: an older run
 
 
 @dataclass
@@ -104,64 +110,69 @@ def source_from_run_dir(run_dir: Path) -> DeploySource:
         history_digest=history_digest(summary.history),
         tuned_latency=end.tuned_latency if end else None,
         untuned_latency=end.untuned_latency if end else None,
+        recipe=summary.recipe,
     )
 
 
 def source_from_model(
-    model_spec: str, profile_name: str, db: str | None, out_dir: Path, *, conv_layout: str | None = None
+    model_spec: str, profile_name: str, db: str | None, out_dir: Path, *, conv_layout: str | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> DeploySource:
     """Compile ``model_spec`` for the profile (with the history's best schedules when ``db`` is given).
 
-    ``conv_layout`` overrides the profile's ``tuning.conv_layout``: the layout the
-    history was tuned in, or its records match no workload of the graph.
+    With ``db``, the model is prepared as the history's recorded recipe says (the layout, graph
+    optimization, fast-math and prepacking it was tuned with: :mod:`.recorded_recipe`), whatever the
+    profile's settings are now, or its records would match none of the graph's workloads; ``conv_layout``
+    must then be the recorded layout, if given. Without ``db``, as the profile asks, in ``conv_layout``
+    if given. ``log`` gets the warning lines (default: this module's logger).
     """
     import tvm
 
     from ..profile import load_profile
     from ..tasks import load_model
     from ..artifact.compile import compile_model, export_model
-    from ..tasks.models import prepacks_weights
+    from ..tasks.recipe import prepare_model, recipe_from_settings
 
-    from ..tasks.graph import prepare_graph
-
+    say = log or _log.warning
     profile = load_profile(profile_name)
     target = profile.tvm_target()
     loaded = load_model(model_spec)
-    # the graph and layout the history's records were tuned in (tuning.graph_optimization, conv_layout),
-    # or they would not apply
-    layout, optimization = conv_layout or profile.tuning.conv_layout, profile.tuning.graph_optimization
-    model = prepare_graph(loaded, layout, optimization, target)
     history = None
-    prepack = prepacks_weights(profile.tuning.prepack_weights, target)  # as the history's workloads were extracted
     if db:
         from ..history import open_history
         from ..measure.runner import timing_of
+        from .recorded_recipe import recipe_of_history
 
         # the profile's timing first; a workload never timed that way is compiled with the other's best
         history = open_history(db, read_only=True, timing=timing_of(profile))
-        if any(p.name == "fast-math" and p.status == "applied" for p in model.graph.passes):
-            # a history tuned before the fast-math pass holds the exact kernels' records: build what it covers
-            exact = prepare_graph(loaded, layout, optimization, target, fast_math=False)
-            if tuned_kernels(exact.mod, target, history, prepack) > tuned_kernels(model.mod, target, history, prepack):
-                model = exact
-    artifact = export_model(compile_model(model.mod, target, history, prepack_weights=prepack), out_dir / ARTIFACT, profile)
+    try:
+        if history is not None:
+            recipe = recipe_of_history(history, db, loaded, target, profile.tuning, conv_layout, say)
+        else:
+            recipe = recipe_from_settings(profile.tuning, target, conv_layout)
+        model = prepare_model(loaded, recipe, target)
+        _check_passes(recipe, model.recipe, say)
+        executable = compile_model(model.mod, target, history, prepack_weights=model.recipe.prepack_weights)
+    finally:
+        if history is not None:
+            history.close()
+    artifact = export_model(executable, out_dir / ARTIFACT, profile)
     return DeploySource(
         artifact=artifact, model_source=model.source, model_name=model.name, model_sha256=model.sha256,
         profile=profile.name, target=target.export() if hasattr(target, "export") else str(target),
         tvm_version=tvm.__version__, history=history.url if history is not None else None,
-        history_digest=history_digest(db),
+        history_digest=history_digest(db), recipe=model.recipe.to_dict(),
     )
 
 
-def tuned_kernels(mod: Any, target: Any, history: Any, prepack_weights: bool) -> int:
-    """How many of ``mod``'s kernels ``history`` holds a record of for ``target``."""
-    import tvm.s_tir.meta_schedule as ms
-
-    from ..tasks.models import prepare_for_tuning
-
-    view = history.for_target(target)
-    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(mod, target, prepack_weights), target)
-    return sum(view.query_tuning_record(task.dispatched[0], target, task.task_name) is not None for task in tasks)
+def _check_passes(recorded: "Recipe", built: "Recipe", say: Callable[[str], None]) -> None:
+    """One warning line when the graph's passes went otherwise than when it was tuned (another edgetune or TVM)."""
+    before = [(p.name, p.status) for p in recorded.passes]
+    after = [(p.name, p.status) for p in built.passes]
+    if before and before != after:
+        changed = sorted(set(before) ^ set(after))
+        say(f"warning: the graph's passes went otherwise than when it was tuned (TVM {recorded.tvm_version or '?'}): "
+            + ", ".join(f"{name} {status}" for name, status in changed) + "; some kernels may not match the history")
 
 
 def history_digest(url: str | None) -> str | None:
@@ -299,6 +310,7 @@ def _manifest(
         "history_digest": source.history_digest,
         "tuned_latency_at_tune_time": source.tuned_latency,
         "untuned_latency_at_tune_time": source.untuned_latency,
+        "recipe": source.recipe,
         "verification": verification,
         "benchmark": benchmark,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

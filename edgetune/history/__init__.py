@@ -24,6 +24,7 @@ _EXPORTS = {
     "HistoryStore": "store",
     "ImportResult": "store",
     "PruneResult": "store",
+    "RecipeStore": "store",
     "RecordGroup": "store",
     "RecordSummary": "store",
     "StoredWorkload": "store",

@@ -62,6 +62,7 @@ from edgetune.history.sql import (
     sha256,
     target_json,
 )
+from edgetune.history.sql_recipes import SqlRecipes
 from edgetune.history.sql_claims import SqlClaims
 from edgetune.history.trace_codec import record_as_json
 from edgetune.history.sql_operations import SqlOperations
@@ -171,9 +172,10 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
     given (views, best records, candidates already measured). Without it, reads
     see both and writes are stored as ``warm``, how stock MetaSchedule times.
 
-    Storage is composed, not inherited: :attr:`claims` (:class:`SqlClaims`) and
-    :attr:`bulk` (:class:`SqlOperations`) work on the same tables through this
-    handle's engine, and :class:`TargetView` wraps it for MetaSchedule.
+    Storage is composed, not inherited: :attr:`claims` (:class:`SqlClaims`),
+    :attr:`bulk` (:class:`SqlOperations`) and :attr:`recipes` (:class:`SqlRecipes`)
+    work on the same tables through this handle's engine, and :class:`TargetView`
+    wraps it for MetaSchedule.
     """
 
     def __init__(
@@ -200,6 +202,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         # composed, not inherited: each part reaches the tables through this handle's engine access
         self.claims = SqlClaims(self)
         self.bulk = SqlOperations(self)
+        self.recipes = SqlRecipes(self)  # how each tuned model's graph was prepared (tasks.recipe)
         try:
             self._open_tables()
         except HistoryError:

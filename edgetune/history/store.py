@@ -208,6 +208,19 @@ class ClaimStore(abc.ABC):
         """Claims, oldest first: the live ones, or all (measured and expired too)."""
 
 
+class RecipeStore(abc.ABC):
+    """Each tuned model's recipe (:class:`~edgetune.tasks.recipe.Recipe`), per model file and target: a
+    :class:`HistoryStore`'s ``recipes``. The last tune of a model on a target wins."""
+
+    @abc.abstractmethod
+    def store(self, model_sha256: str, target: Target, recipe: Any) -> None:
+        """Record ``recipe`` for the model on ``target``, replacing any recorded before."""
+
+    @abc.abstractmethod
+    def load(self, model_sha256: str, target: Target) -> Any:
+        """The recipe recorded for the model on ``target``, or None (a history tuned before recipes were recorded)."""
+
+
 class BulkStore(abc.ABC):
     """Whole-history reads (stats, suggestions, cost-model training) and maintenance writes.
 
@@ -285,6 +298,8 @@ class HistoryStore(abc.ABC):
     claims: ClaimStore
     #: whole-history reads and maintenance writes
     bulk: BulkStore
+    #: how each tuned model's graph was prepared
+    recipes: RecipeStore
 
     # -- identity
 

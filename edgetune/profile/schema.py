@@ -330,6 +330,12 @@ class TuningSettings:
         "exp/erf/tanh/softmax/sigmoid/GELU with vectorizable polynomials before the model's kernels are extracted, "
         "as ONNX Runtime prepares a graph; none: tune the graph as imported",
     )
+    # the fast-math graph pass (edgetune/tasks/graph.py) at graph_optimization "full"; off: libm's exact functions
+    fast_math: bool = declare(
+        _boolean(), True,
+        flag="at graph optimization full, compute float32 exp/erf/tanh/softmax/sigmoid/SiLU/GELU with TVM's vectorizable "
+        "polynomials (default); --no-fast-math keeps libm's exact functions",
+    )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(
         _nonempty_string(), "auto", metavar="auto|off|FILE",

@@ -74,6 +74,7 @@ class LoadedModel:
     data: bytes
     format: str = "onnx"  # "onnx", "pt2" or "tflite"
     graph: Any = None  # what edgetune.tasks.graph.prepare_graph did to ``mod`` (a GraphReport); None: as imported
+    recipe: Any = None  # the edgetune.tasks.recipe.Recipe ``mod`` was prepared with (prepare_model); None: as imported
     _reference_vm: relax.VirtualMachine | None = field(
         default=None, init=False, repr=False, compare=False
     )

@@ -10,7 +10,6 @@ from typing import Any
 from ..common.run_dir import RunDir
 from ..board.rpc_tracker import TrackerAddress
 from ..artifact.compile import compare_outputs, compile_model, export_model, run_on_board
-from ..tasks.models import prepacks_weights
 from ..errors import TargetError
 from ..profile import DeviceProfile
 from ..tasks import LoadedModel
@@ -31,8 +30,10 @@ def evaluate_end_to_end(
     untuned one twice in a row, ``model.so`` is the untuned build (``delivered``
     says so) and the tuned one is kept beside it.
     """
-    prepack = prepacks_weights(profile.tuning.prepack_weights, target)
-    tuned_path = export_model(compile_model(model.mod, target, history, prepack_weights=prepack), out_dir / ARTIFACT_NAME, profile)
+    # model.mod is prepared from the run's recipe (tasks.recipe.prepare_model): both builds read it, neither the profile
+    tuned_path = export_model(
+        compile_model(model.mod, target, history, prepack_weights=model.recipe.prepack_weights), out_dir / ARTIFACT_NAME, profile
+    )
     untuned_path = export_model(compile_model(model.mod, target), out_dir / UNTUNED_ARTIFACT_NAME, profile)
     inputs = [model.random_inputs(seed=0)[spec.name] for spec in model.inputs]
     timing = dict(number=profile.measure.number, repeat=max(profile.measure.repeat, 3), min_repeat_ms=profile.measure.min_repeat_ms)

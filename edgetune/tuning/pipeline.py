@@ -58,8 +58,7 @@ from ..search.factory import auto_population
 from ..search.default_schedule import replayed_candidate
 from ..search.transfer import best_similar_records, cached_signature, transferred_candidates
 from ..tasks import LoadedModel, load_model, prepare_for_tuning
-from ..tasks.models import prepacks_weights
-from ..tasks.graph import prepare_graph
+from ..tasks.recipe import prepare_model, recipe_from_settings
 from ..tasks.inventory import KernelInventory, kernel_inventory
 from edgetune.common.choices import STOCK_SCHEDULERS
 
@@ -232,10 +231,8 @@ class TuningPipeline:
         check_combined_settings(self.profile)
         target = self.profile.tvm_target()
         model = load_model(self.options.model) if self.components.tasks is None else None
-        if model is not None:
-            tuning = self.profile.tuning
-            model = prepare_graph(model, tuning.conv_layout, tuning.graph_optimization, target)
-        return target, model
+        # the run's recipe, decided here once: every build of this run's records prepares the model from it
+        return target, None if model is None else prepare_model(model, recipe_from_settings(self.profile.tuning, target), target)
 
     def make_board(self, out_dir: Path) -> Board:
         """The board given, else the one ``options.where`` names (resolved here when the caller did not)."""
@@ -274,7 +271,7 @@ class TuningPipeline:
         if self.components.tasks is not None:
             return [ms.ExtractedTask(name, mod, target, [mod], int(weight)) for name, mod, weight in self.components.tasks], None
         assert model is not None
-        prepack = prepacks_weights(self.profile.tuning.prepack_weights, target)
+        prepack = model.recipe.prepack_weights
         prepared = prepare_for_tuning(model.mod, target, prepack)
         extracted = [
             task
@@ -489,6 +486,8 @@ class TuningPipeline:
                 self.options.db or str(RunDir(out_dir).history), board_id=self.key, timing=timing_of(self.profile)
             )
             stack.callback(history.close)
+            if model is not None:  # before any measurement: an interrupted run's records have their recipe too
+                history.recipes.store(model.sha256, target, model.recipe)
             # MetaSchedule's console handler takes the level its logger has right
             # now: keep its per-round tables in the log files, off the terminal.
             logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
@@ -966,6 +965,7 @@ class TuningPipeline:
             ],
             curve=[point.to_dict() for point in progress.curve],
             graph=_graph_info(session.model, plan.inventory),
+            recipe=session.model.recipe.to_dict() if session.model is not None else None,
             schedules=library.to_dict() if library is not None else None,
             host_time=dataclasses.asdict(host_time(
                 outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds + builder_stats.waited_seconds,

@@ -234,6 +234,8 @@ class TuneSummary:
     end_to_end: EndToEnd | None = None
     # how the graph was prepared (tasks.graph.GraphReport) and its kernels by class (tasks.inventory), under "kernels"
     graph: dict[str, Any] | None = None
+    # how the graph was prepared, which every build of the run's records repeats (tasks.recipe.Recipe.to_dict)
+    recipe: dict[str, Any] | None = None
     # the schedule library this run started from (schedules.use.LibraryChoice.to_dict); None for older summaries
     schedules: dict[str, Any] | None = None
     # where the host's time went (HostTime as a dict); None for older summaries

@@ -130,7 +130,7 @@ def source_from_model(
     # the graph and layout the history's records were tuned in (tuning.graph_optimization, conv_layout),
     # or they would not apply
     layout, optimization = conv_layout or profile.tuning.conv_layout, profile.tuning.graph_optimization
-    model = prepare_graph(loaded, layout, optimization, target)
+    model = prepare_graph(loaded, layout, optimization, target, integer=profile.tuning.integer)
     history = None
     prepack = prepacks_weights(profile.tuning.prepack_weights, target)  # as the history's workloads were extracted
     if db:
@@ -141,7 +141,7 @@ def source_from_model(
         history = open_history(db, read_only=True, timing=timing_of(profile))
         if any(p.name == "fast-math" and p.status == "applied" for p in model.graph.passes):
             # a history tuned before the fast-math pass holds the exact kernels' records: build what it covers
-            exact = prepare_graph(loaded, layout, optimization, target, fast_math=False)
+            exact = prepare_graph(loaded, layout, optimization, target, fast_math=False, integer=profile.tuning.integer)
             if tuned_kernels(exact.mod, target, history, prepack) > tuned_kernels(model.mod, target, history, prepack):
                 model = exact
     artifact = export_model(compile_model(model.mod, target, history, prepack_weights=prepack), out_dir / ARTIFACT, profile)

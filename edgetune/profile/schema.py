@@ -330,6 +330,13 @@ class TuningSettings:
         "exp/erf/tanh/softmax/sigmoid/GELU with vectorizable polynomials before the model's kernels are extracted, "
         "as ONNX Runtime prepares a graph; none: tune the graph as imported",
     )
+    # a quantized model's convolutions and dense layers in int8 with int32 accumulation (edgetune/tasks/integer.py)
+    integer: bool = declare(
+        _boolean(), True,
+        flag="compute a quantized model's (full-integer .tflite, ONNX QDQ) convolutions and dense layers as int8 x int8 "
+        "-> int32 kernels with the requantization fused (default); off: in float32 between its dequantize and quantize "
+        "ops, as TVM's frontend imports it",
+    )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(
         _nonempty_string(), "auto", metavar="auto|off|FILE",

@@ -228,7 +228,7 @@ class TuningPipeline:
         model = load_model(self.options.model) if self.components.tasks is None else None
         if model is not None:
             tuning = self.profile.tuning
-            model = prepare_graph(model, tuning.conv_layout, tuning.graph_optimization, target)
+            model = prepare_graph(model, tuning.conv_layout, tuning.graph_optimization, target, integer=tuning.integer)
         return target, model
 
     def make_board(self, out_dir: Path) -> Board:

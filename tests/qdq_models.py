@@ -68,17 +68,32 @@ class _Calibration:
         return self.inputs.pop() if self.inputs else None
 
 
-def write_qdq_resnet(path: Path, seed: int = 0, per_channel: bool = True) -> Path:
-    """The QDQ int8 model at ``path`` (its float original beside it, ``.float.onnx``)."""
+def write_qdq_resnet(path: Path, seed: int = 0, per_channel: bool = True, unsigned: bool = False) -> Path:
+    """The QDQ int8 model at ``path`` (its float original beside it, ``.float.onnx``); ``unsigned``: uint8
+    activations and weights with zero points (QUInt8), as ONNX Runtime's quantizer writes them when asked."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     float_path = path.with_suffix(".float.onnx")
     onnx.save(_resnet_graph(seed), str(float_path))
     reader = type("Reader", (_Calibration, CalibrationDataReader), {})()
+    kind = QuantType.QUInt8 if unsigned else QuantType.QInt8
     quantize_static(str(float_path), str(path), reader, quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+                    activation_type=kind, weight_type=kind)
     return path
+
+
+def output_scale(path: Path) -> float:
+    """The scale of the DequantizeLinear that gives the model's output: one quantum of it."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    output = model.graph.output[0].name
+    (node,) = [n for n in model.graph.node if output in n.output]
+    assert node.op_type == "DequantizeLinear", node.op_type
+    scales = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return float(scales[node.input[1]])
 
 
 def onnxruntime_outputs(path: Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

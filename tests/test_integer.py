@@ -186,10 +186,11 @@ def test_int8_fixtures_end_to_end_match_litert(fixture: str) -> None:
     assert_matches(ours, [litert(path, x) for x in inputs], fixture)
 
 
-def test_an_onnx_qdq_model_end_to_end_matches_onnxruntime(tmp_path: Path) -> None:
-    """A ResNet-like CNN quantized by ONNX Runtime (QDQ, int8, per-channel weights): integer convolutions and dense
-    layer in the NCHW layout ONNX gives, ONNX Runtime's outputs."""
-    path = write_qdq_resnet(tmp_path / "resnet_qdq.onnx")
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_an_onnx_qdq_model_end_to_end_matches_onnxruntime(tmp_path: Path, per_channel: bool) -> None:
+    """A ResNet-like CNN quantized by ONNX Runtime (QDQ, int8, weights per channel or per tensor, its default):
+    integer convolutions and dense layer in the NCHW layout ONNX gives, ONNX Runtime's outputs."""
+    path = write_qdq_resnet(tmp_path / "resnet_qdq.onnx", per_channel=per_channel)
     model = load_model(str(path))
     prepared = prepare_graph(model, "auto", "full", TARGET)
     entry = integer_entry(prepared)
@@ -223,3 +224,43 @@ def test_a_float_model_is_left_alone() -> None:
     prepared = prepare_graph(model, "as-is", "none", TARGET)
     assert [(p.name, p.status, p.detail) for p in prepared.graph.passes] == [("integer", "unchanged", "")]
     assert prepared.mod.same_as(model.mod)
+
+
+def test_the_profile_switch_turns_the_pass_off(tmp_path: Path) -> None:
+    """``tuning.integer = false``: the tune prepares the quantized model in float, as imported."""
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions
+    from edgetune.tuning.pipeline import TuningPipeline
+
+    model = str(DATA / "conv_relu_int8.tflite")
+    profile = load_profile("host")
+    assert profile.tuning.integer is True
+    _target, on = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path)).check_inputs()
+    off_profile = profile.with_overrides(tuning={"integer": False})
+    _target, off = TuningPipeline(TuneOptions(profile=off_profile, model=model, out_dir=tmp_path)).check_inputs()
+    assert integer_entry(on).status == "applied"
+    assert "integer" not in [p.name for p in off.graph.passes]
+    assert 'out_dtype="int32"' in on.mod.script() and 'out_dtype="int32"' not in off.mod.script()
+
+
+@pytest.mark.integration
+def test_an_int8_model_tunes_end_to_end_and_its_artifact_matches_litert(tmp_path: Path, loopback_board) -> None:
+    """``edgetune tune`` on the KWS-class CNN: the summary says what is integer, the inventory's int8 kernels, and the
+    delivered model.so computes LiteRT's outputs."""
+    from edgetune.board.base import TrackerBoard
+    from edgetune.profile import load_profile
+    from edgetune.tuning import TuneOptions, run_tune
+
+    path = DATA / "kws_int8.tflite"
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key})
+    summary = run_tune(TuneOptions(profile=profile, model=str(path), out_dir=tmp_path, trials=2,
+                                   board=TrackerBoard(loopback_board)))
+    assert summary.end_to_end.outputs_match
+    (entry,) = [p for p in summary.graph["passes"] if p["name"] == "integer"]
+    assert entry["status"] == "applied" and entry["detail"] == "4 convolutions, 1 depthwise, 2 dense in int8", entry
+    kernels = summary.graph["kernels"]["kernels"]
+    assert sum(k["precision"] == "int8" for k in kernels) == 7, kernels
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(summary.artifact)), tvm.cpu())
+    inputs = quantized_inputs(path, 4)
+    assert_matches([vm["main"](tvm.runtime.tensor(x)).numpy() for x in inputs], [litert(path, x) for x in inputs],
+                   "the tuned artifact")

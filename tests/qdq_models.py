@@ -20,28 +20,28 @@ SHAPE = (1, 3, 16, 16)
 
 
 def _resnet_graph(seed: int) -> Any:
-    """stem conv 3->8 + ReLU, a residual block (two 3x3 convs, add, ReLU), a stride-2 conv 8->16 + ReLU,
-    global average pool, flatten, a dense classifier 16->10."""
+    """stem conv 3->8 + ReLU, a residual block (a depthwise 3x3 conv + ReLU, a 3x3 conv in 2 groups, add, ReLU),
+    a stride-2 conv 8->16 + ReLU, global average pool, flatten, a dense classifier 16->10."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
 
-    def conv(name: str, x: str, cin: int, cout: int, stride: int = 1, relu: bool = True) -> str:
-        w = rng.normal(0, (2.0 / (cin * 9)) ** 0.5, (cout, cin, 3, 3)).astype(np.float32)
+    def conv(name: str, x: str, cin: int, cout: int, stride: int = 1, relu: bool = True, group: int = 1) -> str:
+        w = rng.normal(0, (2.0 / (cin // group * 9)) ** 0.5, (cout, cin // group, 3, 3)).astype(np.float32)
         b = rng.normal(0, 0.1, cout).astype(np.float32)
         inits.extend([numpy_helper.from_array(w, f"{name}.w"), numpy_helper.from_array(b, f"{name}.b")])
         out = f"{name}.out"
         nodes.append(helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [out], pads=[1, 1, 1, 1],
-                                      strides=[stride, stride]))
+                                      strides=[stride, stride], group=group))
         if not relu:
             return out
         nodes.append(helper.make_node("Relu", [out], [f"{name}.relu"]))
         return f"{name}.relu"
 
     stem = conv("stem", INPUT, 3, 8)
-    branch = conv("block.conv2", conv("block.conv1", stem, 8, 8), 8, 8, relu=False)
+    branch = conv("block.conv2", conv("block.conv1", stem, 8, 8, group=8), 8, 8, relu=False, group=2)
     nodes.append(helper.make_node("Add", [branch, stem], ["block.add"]))
     nodes.append(helper.make_node("Relu", ["block.add"], ["block.out"]))
     down = conv("down", "block.out", 8, 16, stride=2)

@@ -189,12 +189,13 @@ def test_int8_fixtures_end_to_end_match_litert(fixture: str) -> None:
 @pytest.mark.parametrize("per_channel", [True, False])
 def test_an_onnx_qdq_model_end_to_end_matches_onnxruntime(tmp_path: Path, per_channel: bool) -> None:
     """A ResNet-like CNN quantized by ONNX Runtime (QDQ, int8, weights per channel or per tensor, its default):
-    integer convolutions and dense layer in the NCHW layout ONNX gives, ONNX Runtime's outputs."""
+    integer convolutions (a depthwise and a grouped one among them) and dense layer in the NCHW layout ONNX gives,
+    ONNX Runtime's outputs."""
     path = write_qdq_resnet(tmp_path / "resnet_qdq.onnx", per_channel=per_channel)
     model = load_model(str(path))
     prepared = prepare_graph(model, "auto", "full", TARGET)
     entry = integer_entry(prepared)
-    assert entry.status == "applied" and entry.detail.startswith("4 convolutions, 1 dense in int8"), entry.detail
+    assert entry.status == "applied" and entry.detail.startswith("3 convolutions, 1 depthwise, 1 dense in int8"), entry.detail
     scale = output_scale(path)
     ours, theirs = [], []
     for seed in range(3):

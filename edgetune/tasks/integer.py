@@ -404,29 +404,46 @@ def _quantized_bound(bound: float, scale: np.float32, zero: int) -> int:
     return zero + int(np.rint(np.float32(bound) / scale))
 
 
-def _has_dequantize(graph: _Graph, expr: relax.Expr, depth: int = 0) -> bool:
-    """Whether ``expr`` is computed from a dequantized tensor (not the float model input a QDQ graph quantizes)."""
-    value = graph.value(expr)
-    if _is_op(value, "relax.dequantize"):
-        return graph.constant(value.args[0]) is None
-    if not isinstance(value, relax.Call) or depth > 32:
-        return False
-    return any(_has_dequantize(graph, arg, depth + 1) for arg in value.args if isinstance(arg, relax.Expr))
+def _float_region(graph: _Graph, expr: relax.Expr, limit: int = 64) -> tuple[list[relax.Call], bool]:
+    """The float ops computing ``expr`` back to its dequantizes (each once, producers first, at most ``limit``), and
+    whether a dequantize of a computed tensor is among their inputs (not the float input a QDQ graph quantizes)."""
+    order: list[relax.Call] = []
+    seen: set[Any] = set()
+    dequantized = False
+
+    def visit(node: relax.Expr) -> None:
+        nonlocal dequantized
+        value = graph.value(node)
+        if len(seen) >= limit or not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            return
+        if value in seen:
+            return
+        seen.add(value)
+        if _is_op(value, "relax.dequantize"):
+            dequantized = dequantized or graph.constant(value.args[0]) is None
+            return
+        if graph.constant(value) is not None:
+            return
+        for arg in value.args:
+            if isinstance(arg, relax.Expr):
+                visit(arg)
+        order.append(value)
+
+    visit(expr)
+    return order, dequantized
 
 
-def _float_ops(graph: _Graph, expr: relax.Expr, depth: int = 0) -> tuple[str, ...]:
-    """The float ops computing ``expr`` back to its dequantizes, in order, each once (``add+clip+multiply``)."""
-    value = graph.value(expr)
-    if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op) or depth > 32:
-        return ()
-    if _is_op(value, "relax.dequantize") or graph.constant(value) is not None:
-        return ()
-    ops: list[str] = []
-    for arg in value.args:
-        if isinstance(arg, relax.Expr):
-            ops += [op for op in _float_ops(graph, arg, depth + 1) if op not in ops]
-    name = _op_name(value)
-    return (*ops, name) if name not in ops else tuple(ops)
+def _has_dequantize(graph: _Graph, expr: relax.Expr) -> bool:
+    return _float_region(graph, expr)[1]
+
+
+def _float_ops(graph: _Graph, expr: relax.Expr) -> tuple[str, ...]:
+    """The float ops computing ``expr`` back to its dequantizes, in order, each name once (``add+clip+multiply``)."""
+    names: list[str] = []
+    for call in _float_region(graph, expr)[0]:
+        if _op_name(call) not in names:
+            names.append(_op_name(call))
+    return tuple(names)
 
 
 def _apply_layout(call: relax.Call, array: np.ndarray) -> np.ndarray:

@@ -265,3 +265,31 @@ def test_an_int8_model_tunes_end_to_end_and_its_artifact_matches_litert(tmp_path
     inputs = quantized_inputs(path, 4)
     assert_matches([vm["main"](tvm.runtime.tensor(x)).numpy() for x in inputs], [litert(path, x) for x in inputs],
                    "the tuned artifact")
+
+
+def test_deploy_builds_the_graph_its_history_was_tuned_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`deploy --model M --db H`: H tuned with the integer pass: int8 kernels; H tuned in float (``--no-integer``, or
+    before the pass): the float graph, whose kernels H holds, not an untuned integer one."""
+    from edgetune.artifact import compile as artifact_compile
+    from edgetune.deployment.workflow import source_from_model
+    from edgetune.profile import load_profile
+    from test_graph import _history_of
+
+    path = DATA / "conv_relu_int8.tflite"
+    target = load_profile("host").tvm_target()
+    loaded = load_model(str(path))
+    compiled: list[str] = []
+    real = artifact_compile.compile_model
+
+    def spy(mod, target, history=None, prepack_weights=False):
+        compiled.append(mod.script())
+        return real(mod, target, history, prepack_weights=prepack_weights)
+
+    monkeypatch.setattr(artifact_compile, "compile_model", spy)
+    for name, integer in (("integer", True), ("float", False)):
+        db = _history_of(tmp_path / f"{name}.db", prepare_graph(loaded, "auto", "full", target, integer=integer).mod,
+                         target)
+        source_from_model(str(path), "host", db, tmp_path / name)
+    integer_script, float_script = compiled
+    assert 'out_dtype="int32"' in integer_script and "R.dequantize" not in integer_script
+    assert 'out_dtype="int32"' not in float_script

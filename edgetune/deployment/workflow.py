@@ -144,6 +144,11 @@ def source_from_model(
             exact = prepare_graph(loaded, layout, optimization, target, fast_math=False, integer=profile.tuning.integer)
             if tuned_kernels(exact.mod, target, history, prepack) > tuned_kernels(model.mod, target, history, prepack):
                 model = exact
+        if any(p.name == "integer" and p.status == "applied" for p in model.graph.passes):
+            # a quantized model tuned in float (--no-integer, or before the integer pass): build the graph tuned
+            floating = prepare_graph(loaded, layout, optimization, target, integer=False)
+            if tuned_kernels(floating.mod, target, history, prepack) > tuned_kernels(model.mod, target, history, prepack):
+                model = floating
     artifact = export_model(compile_model(model.mod, target, history, prepack_weights=prepack), out_dir / ARTIFACT, profile)
     return DeploySource(
         artifact=artifact, model_source=model.source, model_name=model.name, model_sha256=model.sha256,

@@ -1,9 +1,9 @@
 """The recipe ``deploy --model M --db H`` builds: the one H recorded when M was tuned, never the profile's.
 
 A history tuned before recipes were recorded holds none. Its recipe is then
-inferred once, here and only here: the profile's settings, with fast-math on or
-off, whichever graph has more of its kernels tuned in the history (the pass did
-not exist when the oldest histories were tuned). The inference is said in one
+inferred once, here and only here: the profile's settings, with fast-math and
+the integer pass each on or off, whichever graph has more of its kernels tuned in
+the history (neither pass existed when the oldest histories were tuned). The inference is said in one
 warning line and stored in the history when it can be written, so that every
 later deploy reads the same recipe.
 """
@@ -48,12 +48,16 @@ def recipe_of_history(
 def infer_recipe(
     history: Any, model: LoadedModel, target: Any, tuning: TuningSettings, conv_layout: str | None
 ) -> tuple[Recipe, int]:
-    """The profile's recipe, with fast-math as the history's kernels say, marked inferred; and how many kernels it tuned."""
+    """The profile's recipe, with fast-math and the integer pass as the history's kernels say, marked inferred; and
+    how many kernels it tuned."""
     asked = recipe_from_settings(tuning, target, conv_layout)
     candidates = [asked]
     if asked.fast_math:
         # a history tuned before the fast-math pass holds the exact kernels' records
         candidates.append(asked.with_switch("fast_math", False))
+    if asked.switch("integer") and model.format in ("tflite", "onnx"):
+        # a quantized model tuned before the integer pass (or with --no-integer) holds the float graph's records
+        candidates += [candidate.with_switch("integer", False) for candidate in list(candidates)]
     best: tuple[Recipe, int] | None = None
     for candidate in candidates:
         prepared = prepare_model(model, candidate, target)

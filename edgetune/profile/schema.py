@@ -336,6 +336,13 @@ class TuningSettings:
         flag="at graph optimization full, compute float32 exp/erf/tanh/softmax/sigmoid/SiLU/GELU with TVM's vectorizable "
         "polynomials (default); --no-fast-math keeps libm's exact functions",
     )
+    # a quantized model's convolutions and dense layers in int8 with int32 accumulation (edgetune/tasks/integer.py)
+    integer: bool = declare(
+        _boolean(), True,
+        flag="compute a quantized model's (full-integer .tflite, ONNX QDQ) convolutions and dense layers as int8 x int8 "
+        "-> int32 kernels with the requantization fused (default); off: in float32 between its dequantize and quantize "
+        "ops, as TVM's frontend imports it",
+    )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(
         _nonempty_string(), "auto", metavar="auto|off|FILE",

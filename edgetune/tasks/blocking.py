@@ -75,6 +75,11 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
     """
     layouts = [f"NCHW{block}c", f"OIHW{block}i{block}o"]
     total = _count(mod, lambda call: True)
+    from .integer import integer_convolutions
+
+    integer = integer_convolutions(mod)
+    if integer:  # the blocked computes and the library are float32; integer blocked layouts are the int8 schedules'
+        return mod, f"not applied: {integer} int8 convolutions stay in the layout imported"
     from .nhwc import channels_first
 
     mod, nhwc = channels_first(mod, target)

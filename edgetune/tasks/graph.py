@@ -33,6 +33,13 @@ machinery where it has it:
   tuning inputs mis-predicted it). ONNX Runtime's CPU kernels approximate these
   functions too (MLAS).
 
+Before all of them, whatever ``optimization`` says, ``integer`` (``tuning.integer``, on by default) computes a
+quantized model's convolutions and dense layers in integers: int8 operands, int32 accumulation, the
+requantization fused as the epilogue (:mod:`edgetune.tasks.integer`); the quantized operators it leaves in float
+are in :attr:`GraphReport.in_float`. It runs first because ``fold-constants`` would fold the int8 weights'
+dequantize into float32 weights. A blocked ``conv_layout`` then leaves a model with int8 convolutions in the
+layout it was imported in (the blocked computes are float32 ones), and the pass says so.
+
 Convolution + bias + residual add + activation end up in one kernel through
 ``FuseOps``/``FuseTIR`` in :func:`~edgetune.tasks.models.prepare_for_tuning`.
 
@@ -110,6 +117,8 @@ class GraphReport:
     passes: list[GraphPass] = field(default_factory=list)
     #: the convolutions a blocked layout left in NCHW, each with why (:class:`~edgetune.tasks.blocking.UnblockedConv`)
     unblocked: list[Any] = field(default_factory=list)
+    #: the quantized operators the ``integer`` pass left in float, each with why (:class:`~edgetune.tasks.integer.FloatOp`)
+    in_float: list[Any] = field(default_factory=list)
 
     @property
     def skipped(self) -> list[GraphPass]:
@@ -120,10 +129,11 @@ class GraphReport:
         done = [f"{p.name} ({p.detail})" if p.detail else p.name for p in self.passes if p.status == "applied"]
         parts = [f"graph: {', '.join(done) if done else 'as imported'}"]
         parts += [f"{p.name} skipped: {p.detail}" for p in self.skipped]
+        parts += [f"{p.name}: {p.detail}" for p in self.passes if p.status == "unchanged" and p.detail]
         if self.unblocked:
             reasons = sorted({conv.reason.split(":")[0] for conv in self.unblocked})
             parts.append(f"{len(self.unblocked)} convolution(s) left in NCHW ({', '.join(reasons)}; see summary.json)")
-        return "; ".join(parts)
+        return "; ".join(parts)  # the quantized operators left in float: in the integer pass's detail
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,17 +141,20 @@ class GraphReport:
             "conv_layout": self.conv_layout,
             "passes": [p.to_dict() for p in self.passes],
             "unblocked_convolutions": [conv.to_dict() for conv in self.unblocked],
+            "quantized_ops_in_float": [op.to_dict() for op in self.in_float],
         }
 
 
 def prepare_graph(
-    model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None, *, fast_math: bool = True
+    model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None, *, fast_math: bool = True,
+    integer: bool = True,
 ) -> Any:
     """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how.
 
     ``target`` (a TVM target) sizes the blocks of ``conv_layout = "NCHWc"``, which needs it, and resolves
     ``"auto"`` (as imported without one). ``fast_math=False`` leaves out the ``fast-math`` pass: the graph a
-    history tuned before that pass existed was extracted from.
+    history tuned before that pass existed was extracted from. ``integer=False`` (``tuning.integer = false``)
+    leaves a quantized model in float between its dequantizes and quantizes, as the frontend imports it.
     """
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
@@ -154,6 +167,8 @@ def prepare_graph(
         )
     report = GraphReport(optimization, conv_layout)
     passes: list[tuple[str, Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]]] = []
+    if integer:
+        passes.append(("integer", _integer_pass(report)))
     if optimization == "full":
         passes += [
             # first: a dense layer's transposed weight and a bias's reshape become the constants the fold needs
@@ -179,7 +194,7 @@ def prepare_graph(
     for name, apply in passes:
         mod, entry = _run_pass(name, apply, mod)
         report.passes.append(entry)
-    if is_blocked(conv_layout) and any(p.name == layout and p.status != "skipped" for p in report.passes):
+    if is_blocked(conv_layout) and any(p.name == layout and p.status == "applied" for p in report.passes):
         from .blocking import lower_blocked, unblocked_convolutions
 
         report.unblocked = unblocked_convolutions(mod, block_of(conv_layout, target))
@@ -187,7 +202,7 @@ def prepare_graph(
             with tvm.transform.PassContext(opt_level=3):
                 mod = lower_blocked(mod, target)
         except Exception as exc:  # noqa: BLE001 - as a pass that fails: the graph without the layout, and why
-            plain = prepare_graph(model, "as-is", optimization, target, fast_math=fast_math)
+            plain = prepare_graph(model, "as-is", optimization, target, fast_math=fast_math, integer=integer)
             report.passes = [*plain.graph.passes, GraphPass(layout, "skipped", f"lowering: {_first_line(exc)}")]
             return dataclasses.replace(plain, graph=report)
     return dataclasses.replace(model, mod=mod, graph=report)
@@ -205,6 +220,20 @@ def _run_pass(
     if out.same_as(mod) or tvm_ffi.structural_equal(out, mod):
         return mod, GraphPass(name, "unchanged", detail)
     return out, GraphPass(name, "applied", detail)
+
+
+def _integer_pass(report: GraphReport) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
+    """The ``integer`` pass (:func:`~edgetune.tasks.integer.integer_arithmetic`); what it left in float goes on ``report``."""
+    from .integer import integer_arithmetic, is_quantized
+
+    def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+        if not is_quantized(mod):
+            return mod, ""
+        out, done = integer_arithmetic(mod)
+        report.in_float = list(done.in_float)
+        return out, done.detail()
+
+    return apply
 
 
 def _relax_pass(transform: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:

@@ -14,6 +14,11 @@ Classes:
 * ``memory`` (memory-bound), by kind: ``elementwise`` (same-shape or broadcast
   arithmetic), ``data-movement`` (reshape, transpose, concat, pad...),
   ``reduction`` (pooling, softmax, norms, means), ``other``.
+
+On a quantized model each kernel also says its arithmetic (``precision``):
+``int8`` for a contraction of int8 operands (the ``integer`` pass's
+convolutions and dense layers), ``float`` for a quantized operator computed in
+float between dequantize and quantize (what that pass leaves in float).
 """
 
 from __future__ import annotations
@@ -42,8 +47,11 @@ class Kernel:
     after_compute: bool = False  # reads the output of a compute-bound kernel directly
     #: a convolution kernel's layout ("NCHW", "NCHWc"); empty for other kernels
     layout: str = ""
-    #: why a convolution is in NCHW under a blocked layout (the graph's reason for it), else empty
+    #: why a convolution is in NCHW under a blocked layout (the graph's reason for it), why a quantized operator
+    #: runs in float, else empty
     note: str = ""
+    #: "int8" (int8 operands, int32 accumulation), "float" (a quantized operator computed in float), else empty
+    precision: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -76,9 +84,17 @@ class KernelInventory:
         line += f" ({memory})" if memory else ""
         if self.foldable:
             line += f"; left unfused: {', '.join(self.foldable)}"
-        unblocked = [k.name for k in self.kernels if k.note]
+        unblocked = [k.name for k in self.kernels if k.note and not k.precision]
         if unblocked:
             line += f"; in NCHW under the blocked layout: {', '.join(unblocked)}"
+        integer = sum(1 for k in self.kernels if k.precision == "int8")
+        in_float = [k.name for k in self.kernels if k.precision == "float"]
+        if integer or in_float:
+            line += f"; {integer} int8 kernel(s)"
+            epilogues = sum(1 for k in self.kernels if k.note == FUSED_FLOAT_NOTE)
+            line += f" ({epilogues} with a quantized operator in float fused)" if epilogues else ""
+        if in_float:
+            line += f", quantized operators in float: {', '.join(in_float)}"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,9 +120,58 @@ def kernel_inventory(prepared: tvm.IRModule, tasks: Sequence[Any], unblocked: Se
         klass = "compute" if kind == "contraction" else "memory"
         layout = conv_layout_of(func) if klass == "compute" else ""
         note = _unblocked_reason(func, unblocked) if layout == "NCHW" else ""
+        precision = precision_of(func, klass == "compute")
+        if precision == "float":
+            note = FLOAT_NOTE
+        elif precision == "int8" and _quantizes(func):
+            note = FUSED_FLOAT_NOTE
         kernels.append(Kernel(task.task_name, int(task.weight), klass, kind, task.task_name in producers["after_compute"],
-                              layout, note))
+                              layout, note, precision))
     return KernelInventory(kernels)
+
+
+#: the note on a kernel that computes a quantized operator in float
+FLOAT_NOTE = "a quantized operator computed in float (dequantize -> float32 -> quantize): no integer form"
+
+
+#: the note on an int8 kernel whose fused epilogue also computes one in float (a residual add after a projection)
+FUSED_FLOAT_NOTE = "int8 accumulation; its fused epilogue computes a quantized operator in float (a residual add...)"
+
+
+def precision_of(func: tirx.PrimFunc, contraction: bool) -> str:
+    """``int8`` for a contraction of int8/uint8 operands, ``float`` for a kernel that dequantizes or quantizes, else empty."""
+    if contraction and _contracts_int8(func):
+        return "int8"
+    return "float" if _quantizes(func) else ""
+
+
+def _quantizes(func: tirx.PrimFunc) -> bool:
+    """Whether ``func`` computes a legalized ``R.dequantize``/``R.quantize`` (blocks ``dequantized``/``quantized``)."""
+    return any(b.name_hint.startswith(("dequantized", "quantized")) for b in _blocks(func))
+
+
+def _contracts_int8(func: tirx.PrimFunc) -> bool:
+    """A reduction block whose update multiplies two int8 (or uint8) loads, widened: int8 x int8 -> int32."""
+    found = False
+
+    def visit(node: Any) -> None:
+        nonlocal found
+        if isinstance(node, tirx.Mul):
+            dtypes = {_loaded_dtype(side) for side in (node.a, node.b)}
+            if dtypes <= {"int8", "uint8"} and str(node.ty) == "int32":
+                found = True
+
+    for block in _blocks(func):
+        if any(int(iv.iter_type) == 2 for iv in block.iter_vars):
+            _walk(block.body, visit)
+    return found
+
+
+def _loaded_dtype(expr: Any) -> str:
+    """The dtype of the buffer an operand reads, under its casts ("" for anything but a load)."""
+    while isinstance(expr, tirx.Cast):
+        expr = expr.value
+    return str(expr.ty) if isinstance(expr, tvm.ir.TensorLoad) else ""
 
 
 def conv_layout_of(func: tirx.PrimFunc) -> str:
@@ -116,6 +181,8 @@ def conv_layout_of(func: tirx.PrimFunc) -> str:
         return "NCHWc"
     if any("conv2d" in name and "nchw" in name for name in names):
         return "NCHW"
+    if any("conv2d" in name and "nhwc" in name for name in names):
+        return "NHWC"  # a TensorFlow Lite model's convolution left in its layout (an int8 one under a blocked layout)
     return ""
 
 

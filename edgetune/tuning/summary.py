@@ -256,6 +256,7 @@ class TuneSummary:
         int8 = [f"int8 instruction: {self.int8_instruction}"] if self.int8_instruction else []
         from ..tasks.blocking import UnblockedConv
         from ..tasks.graph import GraphPass, GraphReport
+        from ..tasks.integer import FloatOp
         from ..tasks.inventory import Kernel, KernelInventory
 
         graph = self.graph
@@ -264,7 +265,8 @@ class TuneSummary:
             UnblockedConv(tuple(c["data_shape"]), tuple(c["weight_shape"]), int(c["groups"]), c["reason"])
             for c in graph.get("unblocked_convolutions", [])
         ]
-        lines = [GraphReport(graph["optimization"], graph["conv_layout"], passes, unblocked).describe()]
+        in_float = [FloatOp(tuple(op["ops"]), tuple(op["shape"]), op["reason"]) for op in graph.get("quantized_ops_in_float", [])]
+        lines = [GraphReport(graph["optimization"], graph["conv_layout"], passes, unblocked, in_float).describe()]
         if graph.get("kernels"):
             lines.append(KernelInventory([Kernel(**k) for k in graph["kernels"]["kernels"]]).describe())
         return lines + int8

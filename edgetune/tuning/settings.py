@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tvm.s_tir.meta_schedule import TuneContext
+
 from ..common.run_dir import RunDir
 from ..errors import ProfileError
 from ..search.suggest import settings_by_operator, suggest_settings
@@ -14,6 +16,12 @@ from ..measure.runner import MeasureStats, TrackerRunner
 
 #: one JSON line per candidate timed by the adaptive evaluator: runs used, final CV
 MEASUREMENT_LOG = RunDir.MEASUREMENTS
+#: a JSON object as the summary writes it
+Json = dict[str, Any]
+#: ``--suggested``: the summary's entry (its ``message``; ``tasks``, what each task got)
+Suggested = Json
+#: ``--suggested``: the settings per operator signature, for the adaptive search
+PerType = dict[tuple[str, ...], Json]
 
 
 def check_combined_settings(profile: DeviceProfile) -> None:
@@ -38,7 +46,7 @@ def check_combined_settings(profile: DeviceProfile) -> None:
 
 def suggested_settings(
     history: Any, target: Any, profile: DeviceProfile, workloads: list[Any], batch: int
-) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]] | None]:
+) -> tuple[Suggested, PerType | None]:
     """``--suggested``: the settings per task type of this model from the history, for the search strategy.
 
     Returns the summary's ``suggested`` entry (its ``message`` says which task
@@ -78,7 +86,7 @@ def suggested_settings(
     return entry, per_type
 
 
-def with_applied(suggested: dict[str, Any] | None, report: SearchReport, contexts: list[Any]) -> dict[str, Any] | None:
+def with_applied(suggested: Suggested | None, report: SearchReport, contexts: list[TuneContext]) -> Suggested | None:
     """The summary's ``suggested`` entry with what each task got, in task order."""
     if suggested is None:
         return None

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tvm.s_tir.meta_schedule.database import Database, TuningRecord, Workload
     from tvm.s_tir.schedule import Trace
 
-    from ..history.store import RecipeStore
+    from ..history.store import BulkStore, ClaimStore, RecipeStore
 
 __all__ = [
     "Builder", "Components", "CostModel", "MeasureCallback", "Runner", "SearchStrategy", "TaskScheduler", "TuningHistory",
@@ -33,9 +33,20 @@ __all__ = [
 
 
 class TuningHistory(Protocol):
-    """The history as the tuning loop uses it (:class:`~edgetune.history.HistoryDatabase` is one)."""
+    """The history as the tuning loop uses it (:class:`~edgetune.history.HistoryDatabase` is one).
 
-    recipes: RecipeStore
+    Warm start and ``--suggested`` read it as a :class:`~edgetune.history.HistoryStore`.
+    """
+
+    recipes: RecipeStore  # each tuned model's recipe
+    claims: ClaimStore  # leases on candidates, when tuners share the history (tuning/claims.py)
+    bulk: BulkStore  # records by id
+
+    def commit_workload(self, mod: IRModule) -> Workload: ...
+
+    def commit_measurement(self, record: TuningRecord, *, error: str | None = None, board: str | None = None) -> int: ...
+
+    def commit_served(self, record: TuningRecord) -> int: ...
 
     @property
     def url(self) -> str: ...

@@ -15,22 +15,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 import tvm
 import tvm_ffi
-from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import SQLAlchemyError
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -53,7 +48,6 @@ from edgetune.history.schema import (
     workloads,
 )
 from edgetune.history.sql import (
-    RECORD_COLUMNS,
     canonical,
     has_schedule,
     insert_statement,
@@ -61,6 +55,7 @@ from edgetune.history.sql import (
     sha256,
     target_json,
 )
+from edgetune.history.sql_engine import create_engine, parse_location
 from edgetune.history.sql_queries import RecordQueries
 from edgetune.history.sql_recipes import SqlRecipes
 from edgetune.history.sql_claims import SqlClaims
@@ -68,87 +63,10 @@ from edgetune.history.trace_codec import record_as_json
 from edgetune.history.sql_operations import SqlOperations
 from edgetune.history.store import HistoryStore, StoredWorkload
 
-#: File names MetaSchedule's JSONDatabase uses inside a work_dir.
-WORKLOAD_FILE = "database_workload.json"
-TUNING_RECORD_FILE = "database_tuning_record.json"
 
 # MetaSchedule calls the history through C++; registered, a HistoryError raised in
 # a callback reaches the Python caller as a HistoryError, not a bare RuntimeError.
 tvm_ffi.register_error(HistoryError)
-
-_SUPPORTED = "a file path, sqlite:///PATH or postgresql://USER@HOST/DBNAME"
-_SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-def _parse_location(url_or_path: str) -> tuple[URL, str]:
-    """Return the SQLAlchemy URL and the name used in error messages."""
-    if "://" not in url_or_path:
-        path = Path(url_or_path).expanduser().resolve()
-        return URL.create("sqlite", database=str(path)), url_or_path
-    try:
-        url = make_url(url_or_path)
-    except ArgumentError:
-        raise HistoryError(f"{url_or_path}: not a database URL; use {_SUPPORTED}") from None
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        return url, url.database or ":memory:"
-    if backend in ("postgresql", "postgres"):
-        if "+" not in url.drivername:
-            # SQLAlchemy's default PostgreSQL driver is psycopg2; edgetune ships psycopg 3.
-            url = url.set(drivername="postgresql+psycopg")
-        return url, url.render_as_string(hide_password=True)
-    shown = url.render_as_string(hide_password=True)
-    raise HistoryError(
-        f"{shown}: unsupported history database '{backend}'; "
-        f"supported: sqlite and postgresql ({_SUPPORTED})"
-    )
-
-
-def _create_engine(url: URL, name: str, read_only: bool) -> Engine:
-    """An engine with the SQLite pragmas the history relies on."""
-    if url.get_backend_name() != "sqlite":
-        try:
-            return sa.create_engine(url, pool_pre_ping=True)
-        except ImportError as err:
-            raise HistoryError(
-                f"{name}: no PostgreSQL driver ({err}); install edgetune[postgres]"
-            ) from None
-    if url.database in (None, "", ":memory:"):
-        # One shared connection, otherwise every pooled connection is a new empty database.
-        engine = sa.create_engine(
-            url, poolclass=StaticPool, connect_args={"check_same_thread": False}
-        )
-    else:
-        path = Path(url.database)
-        if read_only and not path.is_file():
-            raise HistoryError(f"{name}: no such tuning history file")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise HistoryError(f"{name}: cannot create its directory: {err}") from None
-        engine = sa.create_engine(url)
-
-    def set_pragmas(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA foreign_keys = ON")
-            if not read_only:
-                # Readers never block the tuner's writes, and a crash loses no commit.
-                cursor.execute("PRAGMA journal_mode = WAL")
-        finally:
-            cursor.close()
-
-    sa.event.listen(engine, "connect", set_pragmas)
-    return engine
-
-
-def connect_engine(url_or_path: str, *, must_exist: bool = False) -> tuple[Engine, str]:
-    """An engine for ``url_or_path`` and the name to show in messages.
-
-    ``must_exist``: an SQLite file that is not there is a HistoryError, not a new file.
-    """
-    url, name = _parse_location(url_or_path)
-    return _create_engine(url, name, read_only=must_exist), name
 
 
 _log = logging.getLogger(__name__)
@@ -183,7 +101,7 @@ class HistoryDatabase(ms.database.PyDatabase, RecordQueries, HistoryStore):
     ) -> None:
         if timing is not None and timing not in TIMINGS:
             raise HistoryError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r} instead")
-        url, name = _parse_location(url_or_path)
+        url, name = parse_location(url_or_path)
         self._url = url
         self._name = name
         self._board_id = board_id
@@ -198,7 +116,7 @@ class HistoryDatabase(ms.database.PyDatabase, RecordQueries, HistoryStore):
         ] = {}
         self._warned_unreplayable = False
         self._block_names: dict[int, list[str]] = {}  # id(StoredWorkload) -> its blocks' names (_match)
-        self._engine: Engine | None = _create_engine(url, name, read_only)
+        self._engine: Engine | None = create_engine(url, name, read_only)
         # composed, not inherited: each part reaches the tables through this handle's engine access
         self.claims = SqlClaims(self)
         self.bulk = SqlOperations(self)
@@ -598,42 +516,6 @@ class HistoryDatabase(ms.database.PyDatabase, RecordQueries, HistoryStore):
     def __len__(self) -> int:
         return self._count(None)
 
-    def _top_k(self, workload: Workload, top_k: int, target_hash: str | None) -> list[TuningRecord]:
-        if top_k < 0:
-            raise ValueError(f"top_k must be non-negative, got {top_k}")
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            entry = self._find(conn, workload)
-            if entry is None or top_k == 0:
-                return []
-
-            def best(*timed: Any) -> Sequence[Row]:
-                return conn.execute(
-                    _for_target(
-                        sa.select(*RECORD_COLUMNS).where(
-                            records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None), *timed
-                        ),
-                        target_hash,
-                    )
-                    .order_by(records.c.mean_run_sec, records.c.id)
-                    .limit(top_k)
-                ).all()
-
-            return self._to_records(conn, self._prefer_timing(best))
-
-    def _all_records(self, target_hash: str | None) -> list[TuningRecord]:
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            rows = conn.execute(
-                _for_target(sa.select(*RECORD_COLUMNS).where(*self._timed()), target_hash).order_by(records.c.id)
-            ).all()
-            return self._to_records(conn, rows)
-
-    def _count(self, target_hash: str | None) -> int:
-        with self._access("count tuning records") as engine, engine.connect() as conn:
-            stmt = _for_target(sa.select(sa.func.count()).select_from(records).where(*self._timed()), target_hash)
-            return int(conn.execute(stmt).scalar_one())
-
-    # ------------------------------------------------------------ edgetune API
-
     def for_target(self, target: Target) -> TargetView:
         """What MetaSchedule should see of this history for ``target``: its records only, ranked on one scale.
 
@@ -647,43 +529,6 @@ class HistoryDatabase(ms.database.PyDatabase, RecordQueries, HistoryStore):
         """The timings (``flushed``, ``warm``) the history's records were measured with, sorted."""
         with self._access("list record timings") as engine, engine.connect() as conn:
             return sorted(conn.execute(sa.select(records.c.timing).distinct()).scalars().all())
-
-    def export_json(self, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
-        """Write MetaSchedule JSONDatabase files (workloads, records) into ``directory``.
-
-        The files are written by TVM's own JSONDatabase, so stock MetaSchedule reads
-        them back exactly. Every workload and every record of this handle's timing
-        (all of them without one) is exported; TVM's format has no timing, so a
-        history holding both should be exported one timing at a time. Existing files
-        of the same names are replaced.
-        """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        with self._access("export tuning records") as engine, engine.connect() as conn:
-            ids = conn.execute(sa.select(workloads.c.id)).scalars().all()
-            entries = self._entries(conn, ids)
-            rows = conn.execute(
-                sa.select(*RECORD_COLUMNS).where(*self._timed()).order_by(records.c.id)
-            ).all()
-            tuning_records = self._to_records(conn, rows)
-        staging = Path(tempfile.mkdtemp(prefix=".edgetune-export-", dir=directory))
-        try:
-            json_db = ms.database.JSONDatabase(
-                path_workload=str(staging / WORKLOAD_FILE),
-                path_tuning_record=str(staging / TUNING_RECORD_FILE),
-                allow_missing=True,
-            )
-            unique = {id(entry): entry for entry in entries.values()}.values()
-            for entry in sorted(unique, key=lambda entry: entry.ids[0]):
-                json_db.commit_workload(entry.workload.mod)
-            for record in tuning_records:
-                json_db.commit_tuning_record(record)
-            result = (directory / WORKLOAD_FILE, directory / TUNING_RECORD_FILE)
-            os.replace(staging / WORKLOAD_FILE, result[0])
-            os.replace(staging / TUNING_RECORD_FILE, result[1])
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return result
 
     @property
     def url(self) -> str:
@@ -699,10 +544,6 @@ class HistoryDatabase(ms.database.PyDatabase, RecordQueries, HistoryStore):
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
-
-
-def _for_target(stmt: sa.Select, target_hash: str | None) -> sa.Select:
-    return stmt if target_hash is None else stmt.where(records.c.target_hash == target_hash)
 
 
 @derived_object

@@ -10,22 +10,31 @@ keeps the handle's timing (see the class's docstring).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Row
 from tvm.ir import IRModule
+from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 from tvm.s_tir.schedule import Trace
 from tvm.target import Target
 
 from edgetune.common.failure import FAILED_RUN_SECS, is_failed
 from edgetune.errors import HistoryError
-from edgetune.history.schema import records
+from edgetune.history.schema import records, workloads
 from edgetune.history.sql import RECORD_COLUMNS, canonical, sha256, target_json
 from edgetune.history.trace_codec import record_as_json
+
+#: File names MetaSchedule's JSONDatabase uses inside a work_dir.
+WORKLOAD_FILE = "database_workload.json"
+TUNING_RECORD_FILE = "database_tuning_record.json"
 
 
 class RecordQueries:
@@ -252,3 +261,80 @@ class RecordQueries:
                 .values(run_secs_json=canonical(secs), mean_run_sec=sum(secs) / len(secs), created_at=time.time())
             )
             return int(updated.rowcount or 0)
+
+    def _top_k(self, workload: Workload, top_k: int, target_hash: str | None) -> list[TuningRecord]:
+        if top_k < 0:
+            raise ValueError(f"top_k must be non-negative, got {top_k}")
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            entry = self._find(conn, workload)
+            if entry is None or top_k == 0:
+                return []
+
+            def best(*timed: Any) -> Sequence[Row]:
+                return conn.execute(
+                    _for_target(
+                        sa.select(*RECORD_COLUMNS).where(
+                            records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None), *timed
+                        ),
+                        target_hash,
+                    )
+                    .order_by(records.c.mean_run_sec, records.c.id)
+                    .limit(top_k)
+                ).all()
+
+            return self._to_records(conn, self._prefer_timing(best))
+
+    def _all_records(self, target_hash: str | None) -> list[TuningRecord]:
+        with self._access("read tuning records") as engine, engine.connect() as conn:
+            rows = conn.execute(
+                _for_target(sa.select(*RECORD_COLUMNS).where(*self._timed()), target_hash).order_by(records.c.id)
+            ).all()
+            return self._to_records(conn, rows)
+
+    def _count(self, target_hash: str | None) -> int:
+        with self._access("count tuning records") as engine, engine.connect() as conn:
+            stmt = _for_target(sa.select(sa.func.count()).select_from(records).where(*self._timed()), target_hash)
+            return int(conn.execute(stmt).scalar_one())
+
+    # ------------------------------------------------------------ edgetune API
+
+    def export_json(self, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
+        """Write MetaSchedule JSONDatabase files (workloads, records) into ``directory``.
+
+        The files are written by TVM's own JSONDatabase, so stock MetaSchedule reads
+        them back exactly. Every workload and every record of this handle's timing
+        (all of them without one) is exported; TVM's format has no timing, so a
+        history holding both should be exported one timing at a time. Existing files
+        of the same names are replaced.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._access("export tuning records") as engine, engine.connect() as conn:
+            ids = conn.execute(sa.select(workloads.c.id)).scalars().all()
+            entries = self._entries(conn, ids)
+            rows = conn.execute(
+                sa.select(*RECORD_COLUMNS).where(*self._timed()).order_by(records.c.id)
+            ).all()
+            tuning_records = self._to_records(conn, rows)
+        staging = Path(tempfile.mkdtemp(prefix=".edgetune-export-", dir=directory))
+        try:
+            json_db = ms.database.JSONDatabase(
+                path_workload=str(staging / WORKLOAD_FILE),
+                path_tuning_record=str(staging / TUNING_RECORD_FILE),
+                allow_missing=True,
+            )
+            unique = {id(entry): entry for entry in entries.values()}.values()
+            for entry in sorted(unique, key=lambda entry: entry.ids[0]):
+                json_db.commit_workload(entry.workload.mod)
+            for record in tuning_records:
+                json_db.commit_tuning_record(record)
+            result = (directory / WORKLOAD_FILE, directory / TUNING_RECORD_FILE)
+            os.replace(staging / WORKLOAD_FILE, result[0])
+            os.replace(staging / TUNING_RECORD_FILE, result[1])
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return result
+
+
+def _for_target(stmt: sa.Select, target_hash: str | None) -> sa.Select:
+    return stmt if target_hash is None else stmt.where(records.c.target_hash == target_hash)

@@ -126,7 +126,8 @@ def test_tuned_and_untuned_kernels_of_a_small_cnn_match_on_pocl(opencl_device, p
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from edgetune.builder.opencl_check import DeviceLimits, HostOpenCL, check_device_limits, read_opencl_program
+    from edgetune.builder.opencl_check import DeviceLimits, check_device_limits, read_opencl_program
+    from edgetune.builder.opencl_host import HostOpenCL
 
     profile, target = _gpu_profile(profile_name)
     limit = int(profile.target["max_threads_per_block"])
@@ -174,7 +175,8 @@ def _elementwise(threads: int, n: int = 1024):
 def test_the_built_module_carries_kernel_metadata_and_launch_geometry(opencl_device, mali):
     import tvm
 
-    from edgetune.builder.opencl_check import HostOpenCL, read_opencl_program
+    from edgetune.builder.opencl_check import read_opencl_program
+    from edgetune.builder.opencl_host import HostOpenCL
 
     _profile, target = mali
     built = tvm.compile(_elementwise(128), target=target)
@@ -217,7 +219,8 @@ def test_a_launch_over_the_limits_is_refused_before_it_runs(opencl_device):
     import tvm
 
     from edgetune.errors import DeviceLimitError
-    from edgetune.builder.opencl_check import DeviceLimits, HostOpenCL
+    from edgetune.builder.opencl_check import DeviceLimits
+    from edgetune.builder.opencl_host import HostOpenCL
 
     generic = tvm.target.Target({"kind": "opencl", "max_threads_per_block": 1024}, host={"kind": "llvm"})
     built = tvm.compile(_elementwise(512), target=generic)
@@ -232,7 +235,7 @@ def test_no_opencl_platform_is_one_clear_error(opencl_device, mali):
     import tvm
 
     from edgetune.errors import OpenCLUnavailableError
-    from edgetune.builder.opencl_check import HostOpenCL
+    from edgetune.builder.opencl_host import HostOpenCL
 
     _profile, target = mali
     built = tvm.compile(_elementwise(64), target=target)

@@ -15,27 +15,21 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 import tvm
 import tvm_ffi
-from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import SQLAlchemyError
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-from tvm.s_tir.schedule import Trace
 from tvm.target import Target
 
 from edgetune._version import __version__
@@ -54,7 +48,6 @@ from edgetune.history.schema import (
     workloads,
 )
 from edgetune.history.sql import (
-    RECORD_COLUMNS,
     canonical,
     has_schedule,
     insert_statement,
@@ -62,100 +55,25 @@ from edgetune.history.sql import (
     sha256,
     target_json,
 )
+from edgetune.history.sql_engine import create_engine, parse_location
+from edgetune.history.sql_queries import RecordQueries
 from edgetune.history.sql_recipes import SqlRecipes
 from edgetune.history.sql_claims import SqlClaims
 from edgetune.history.trace_codec import record_as_json
 from edgetune.history.sql_operations import SqlOperations
 from edgetune.history.store import HistoryStore, StoredWorkload
 
-#: File names MetaSchedule's JSONDatabase uses inside a work_dir.
-WORKLOAD_FILE = "database_workload.json"
-TUNING_RECORD_FILE = "database_tuning_record.json"
 
 # MetaSchedule calls the history through C++; registered, a HistoryError raised in
 # a callback reaches the Python caller as a HistoryError, not a bare RuntimeError.
 tvm_ffi.register_error(HistoryError)
-
-_SUPPORTED = "a file path, sqlite:///PATH or postgresql://USER@HOST/DBNAME"
-_SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-def _parse_location(url_or_path: str) -> tuple[URL, str]:
-    """Return the SQLAlchemy URL and the name used in error messages."""
-    if "://" not in url_or_path:
-        path = Path(url_or_path).expanduser().resolve()
-        return URL.create("sqlite", database=str(path)), url_or_path
-    try:
-        url = make_url(url_or_path)
-    except ArgumentError:
-        raise HistoryError(f"{url_or_path}: not a database URL; use {_SUPPORTED}") from None
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        return url, url.database or ":memory:"
-    if backend in ("postgresql", "postgres"):
-        if "+" not in url.drivername:
-            # SQLAlchemy's default PostgreSQL driver is psycopg2; edgetune ships psycopg 3.
-            url = url.set(drivername="postgresql+psycopg")
-        return url, url.render_as_string(hide_password=True)
-    shown = url.render_as_string(hide_password=True)
-    raise HistoryError(
-        f"{shown}: unsupported history database '{backend}'; "
-        f"supported: sqlite and postgresql ({_SUPPORTED})"
-    )
-
-
-def _create_engine(url: URL, name: str, read_only: bool) -> Engine:
-    """An engine with the SQLite pragmas the history relies on."""
-    if url.get_backend_name() != "sqlite":
-        try:
-            return sa.create_engine(url, pool_pre_ping=True)
-        except ImportError as err:
-            raise HistoryError(
-                f"{name}: no PostgreSQL driver ({err}); install edgetune[postgres]"
-            ) from None
-    if url.database in (None, "", ":memory:"):
-        # One shared connection, otherwise every pooled connection is a new empty database.
-        engine = sa.create_engine(
-            url, poolclass=StaticPool, connect_args={"check_same_thread": False}
-        )
-    else:
-        path = Path(url.database)
-        if read_only and not path.is_file():
-            raise HistoryError(f"{name}: no such tuning history file")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise HistoryError(f"{name}: cannot create its directory: {err}") from None
-        engine = sa.create_engine(url)
-
-    def set_pragmas(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA foreign_keys = ON")
-            if not read_only:
-                # Readers never block the tuner's writes, and a crash loses no commit.
-                cursor.execute("PRAGMA journal_mode = WAL")
-        finally:
-            cursor.close()
-
-    sa.event.listen(engine, "connect", set_pragmas)
-    return engine
-
-
-def connect_engine(url_or_path: str, *, must_exist: bool = False) -> tuple[Engine, str]:
-    """An engine for ``url_or_path`` and the name to show in messages.
-
-    ``must_exist``: an SQLite file that is not there is a HistoryError, not a new file.
-    """
-    url, name = _parse_location(url_or_path)
-    return _create_engine(url, name, read_only=must_exist), name
 
 
 _log = logging.getLogger(__name__)
 
 
 @derived_object
-class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
+class HistoryDatabase(ms.database.PyDatabase, RecordQueries, HistoryStore):
     """MetaSchedule database over SQL tables; see :func:`open_history`.
 
     Stock MetaSchedule databases ignore the target when they pick a best record,
@@ -183,7 +101,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
     ) -> None:
         if timing is not None and timing not in TIMINGS:
             raise HistoryError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r} instead")
-        url, name = _parse_location(url_or_path)
+        url, name = parse_location(url_or_path)
         self._url = url
         self._name = name
         self._board_id = board_id
@@ -198,7 +116,7 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         ] = {}
         self._warned_unreplayable = False
         self._block_names: dict[int, list[str]] = {}  # id(StoredWorkload) -> its blocks' names (_match)
-        self._engine: Engine | None = _create_engine(url, name, read_only)
+        self._engine: Engine | None = create_engine(url, name, read_only)
         # composed, not inherited: each part reaches the tables through this handle's engine access
         self.claims = SqlClaims(self)
         self.bulk = SqlOperations(self)
@@ -598,42 +516,6 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
     def __len__(self) -> int:
         return self._count(None)
 
-    def _top_k(self, workload: Workload, top_k: int, target_hash: str | None) -> list[TuningRecord]:
-        if top_k < 0:
-            raise ValueError(f"top_k must be non-negative, got {top_k}")
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            entry = self._find(conn, workload)
-            if entry is None or top_k == 0:
-                return []
-
-            def best(*timed: Any) -> Sequence[Row]:
-                return conn.execute(
-                    _for_target(
-                        sa.select(*RECORD_COLUMNS).where(
-                            records.c.workload_id.in_(entry.ids), records.c.mean_run_sec.is_not(None), *timed
-                        ),
-                        target_hash,
-                    )
-                    .order_by(records.c.mean_run_sec, records.c.id)
-                    .limit(top_k)
-                ).all()
-
-            return self._to_records(conn, self._prefer_timing(best))
-
-    def _all_records(self, target_hash: str | None) -> list[TuningRecord]:
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            rows = conn.execute(
-                _for_target(sa.select(*RECORD_COLUMNS).where(*self._timed()), target_hash).order_by(records.c.id)
-            ).all()
-            return self._to_records(conn, rows)
-
-    def _count(self, target_hash: str | None) -> int:
-        with self._access("count tuning records") as engine, engine.connect() as conn:
-            stmt = _for_target(sa.select(sa.func.count()).select_from(records).where(*self._timed()), target_hash)
-            return int(conn.execute(stmt).scalar_one())
-
-    # ------------------------------------------------------------ edgetune API
-
     def for_target(self, target: Target) -> TargetView:
         """What MetaSchedule should see of this history for ``target``: its records only, ranked on one scale.
 
@@ -647,265 +529,6 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         """The timings (``flushed``, ``warm``) the history's records were measured with, sorted."""
         with self._access("list record timings") as engine, engine.connect() as conn:
             return sorted(conn.execute(sa.select(records.c.timing).distinct()).scalars().all())
-
-    def count_records(
-        self,
-        workload: Workload | IRModule | None = None,
-        target: Target | None = None,
-        successful_only: bool = False,
-    ) -> int:
-        """Number of records of this handle's timing, optionally of one workload/target."""
-        stmt = sa.select(sa.func.count()).select_from(records).where(*self._timed())
-        if target is not None:
-            stmt = stmt.where(records.c.target_hash == sha256(target_json(target)))
-        if successful_only:
-            stmt = stmt.where(records.c.mean_run_sec.is_not(None))
-        with self._access("count tuning records") as engine, engine.connect() as conn:
-            if workload is not None:
-                entry = self._find(conn, workload)
-                if entry is None:
-                    return 0
-                stmt = stmt.where(records.c.workload_id.in_(entry.ids))
-            return int(conn.execute(stmt).scalar_one())
-
-    def successful_records(
-        self, target: Target, *, limit: int = 5000, keep: Callable[[IRModule], bool] | None = None
-    ) -> list[tuple[TuningRecord, str]]:
-        """Successful records measured on ``target``, newest first, with their board id.
-
-        What a cost model can be trained on before tuning (see
-        :mod:`edgetune.costmodel.warmstart`); ignores the target filter.
-        """
-        where = (
-            records.c.target_hash == sha256(target_json(target)),
-            records.c.mean_run_sec.is_not(None),
-            *self._timed(),
-        )
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            if keep is not None:
-                ids = {int(i) for i in conn.execute(sa.select(records.c.workload_id).where(*where).distinct()).scalars()}
-                entries = self._entries(conn, ids)
-                verdicts: dict[int, bool] = {}
-                for entry in {id(e): e for e in entries.values()}.values():
-                    verdicts[id(entry)] = bool(keep(entry.workload.mod))
-                kept = sorted(i for i in ids if verdicts[id(entries[i])])
-                if not kept:
-                    return []
-                if len(kept) < len(ids):
-                    where = (*where, records.c.workload_id.in_(kept))
-            stmt = (
-                sa.select(*RECORD_COLUMNS, records.c.board_id)
-                .where(*where)
-                .order_by(records.c.created_at.desc(), records.c.id.desc())
-                .limit(limit)
-            )
-            rows = conn.execute(stmt).all()
-            return [(record, str(row.board_id)) for row, record in self._replayed(conn, rows)]
-
-    def fastest_records(
-        self, target: Target, *, per_workload: int = 2, keep: Callable[[IRModule], bool] | None = None
-    ) -> list[TuningRecord]:
-        ranked = (
-            sa.select(
-                *RECORD_COLUMNS,
-                sa.func.row_number()
-                .over(partition_by=records.c.workload_id, order_by=(records.c.mean_run_sec, records.c.id))
-                .label("rank"),
-                records.c.mean_run_sec,
-            )
-            .where(
-                records.c.target_hash == sha256(target_json(target)),
-                records.c.mean_run_sec.is_not(None),
-                *self._timed(),
-            )
-            .subquery()
-        )
-        stmt = sa.select(ranked).where(ranked.c.rank <= per_workload).order_by(ranked.c.workload_id, ranked.c.rank)
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            rows = conn.execute(stmt).all()
-            entries = self._entries(conn, {row.workload_id for row in rows})
-            by_entry: dict[int, list[Row]] = {}
-            verdicts: dict[int, bool] = {}
-            for row in rows:
-                entry = entries[row.workload_id]
-                key = id(entry)
-                if key not in verdicts:
-                    verdicts[key] = keep is None or bool(keep(entry.workload.mod))
-                if verdicts[key]:
-                    by_entry.setdefault(key, []).append(row)
-            # one workload stored under several rows (equal modules serialised apart) keeps its fastest overall
-            kept = [row for group in by_entry.values()
-                    for row in sorted(group, key=lambda r: (r.mean_run_sec, r.id))[:per_workload]]
-            return self._to_records(conn, kept)
-
-    def _candidate(
-        self, workload: Workload | IRModule, target: Target, trace: Trace
-    ) -> Row | None:
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            entry = self._find(conn, workload)
-            if entry is None:
-                return None
-            # Serialise exactly as a committed record would be, so the hashes agree.
-            trace_json, _, target_cfg, _ = record_as_json(TuningRecord(trace, entry.workload, None, target))
-            return conn.execute(
-                sa.select(records.c.run_secs_json, records.c.error)
-                .where(
-                    records.c.workload_id.in_(entry.ids),
-                    records.c.target_hash == sha256(canonical(target_cfg)),
-                    records.c.candidate_hash == sha256(canonical(trace_json)),
-                    *self._timed(),
-                )
-                .order_by(records.c.id)
-                .limit(1)
-            ).first()
-
-    def has_candidate(
-        self, workload: Workload | IRModule, target: Target, trace: Trace
-    ) -> bool:
-        """Whether this exact trace was already measured on ``target`` (failed or not)."""
-        return self._candidate(workload, target, trace) is not None
-
-    def lookup_run_secs(
-        self, workload: Workload | IRModule, target: Target, trace: Trace
-    ) -> list[float] | None:
-        """Stored run times of a measured candidate, ``[1e10]`` if it failed, None if unknown.
-
-        A resumed run hands these back to MetaSchedule instead of measuring again.
-        """
-        row = self._candidate(workload, target, trace)
-        if row is None:
-            return None
-        if row.error is not None:
-            return [FAILED_RUN_SECS]
-        return [float(sec) for sec in json.loads(row.run_secs_json)]
-
-    def best_record(
-        self, workload: Workload | IRModule, target: Target
-    ) -> TuningRecord | None:
-        """The fastest successful record of ``workload`` on ``target``, of this handle's timing if it has one."""
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            entry = self._find(conn, workload)
-            if entry is None:
-                return None
-
-            def best(*timed: Any) -> Sequence[Row]:
-                return conn.execute(
-                    sa.select(*RECORD_COLUMNS)
-                    .where(
-                        records.c.workload_id.in_(entry.ids),
-                        records.c.target_hash == sha256(target_json(target)),
-                        records.c.mean_run_sec.is_not(None),
-                        *timed,
-                    )
-                    .order_by(records.c.mean_run_sec, records.c.id)
-                    .limit(4)  # the first that replays (_replayed)
-                ).all()
-
-            found = self._to_records(conn, self._prefer_timing(best))
-            return found[0] if found else None
-
-    def fastest_candidates(
-        self, workload: Workload | IRModule, target: Target, count: int
-    ) -> list[tuple[str, TuningRecord]]:
-        """The ``count`` fastest distinct candidates of ``workload`` on ``target``, the fastest first, each with its hash.
-
-        A candidate measured by two boards of one kind (two rows) is one entry, at its
-        fastest row: the hash is what :meth:`retime_candidate` takes.
-        """
-        if count <= 0:
-            return []
-        with self._access("read tuning records") as engine, engine.connect() as conn:
-            entry = self._find(conn, workload)
-            if entry is None:
-                return []
-
-            def best(*timed: Any) -> Sequence[Row]:
-                return conn.execute(
-                    sa.select(*RECORD_COLUMNS, records.c.candidate_hash)
-                    .where(
-                        records.c.workload_id.in_(entry.ids),
-                        records.c.target_hash == sha256(target_json(target)),
-                        records.c.mean_run_sec.is_not(None),
-                        *timed,
-                    )
-                    .order_by(records.c.mean_run_sec, records.c.id)
-                    .limit(count * 8)  # a candidate on several boards has several rows
-                ).all()
-
-            kept: dict[str, Row] = {}
-            for row in self._prefer_timing(best):
-                if row.candidate_hash not in kept and len(kept) < count:
-                    kept[row.candidate_hash] = row
-            return [(row.candidate_hash, record) for row, record in self._replayed(conn, list(kept.values()))]
-
-    def retime_candidate(
-        self, workload: Workload | IRModule, target: Target, candidate_hash: str, run_secs: Sequence[float]
-    ) -> int:
-        """A candidate timed again: ``run_secs`` replace its run times on every board of this handle's kind; how many rows.
-
-        The history keeps a candidate's newest result. Its rows under this board id
-        (each ``<board id>@<server>`` that measured it, a run's loopback server among
-        them) all take the new times, so an older, luckier row of the same candidate
-        cannot stay the fastest (:mod:`edgetune.tuning.confirm`).
-        """
-        secs = [float(x) for x in run_secs]
-        if not secs or is_failed(secs):
-            raise HistoryError(f"run_secs must be a successful measurement, got {secs!r} instead")
-        board = self._board_id
-        with self._access("re-time a candidate", write=True) as engine, engine.begin() as conn:
-            entry = self._find(conn, workload)
-            if entry is None:
-                return 0
-            updated = conn.execute(
-                records.update()
-                .where(
-                    records.c.workload_id.in_(entry.ids),
-                    records.c.target_hash == sha256(target_json(target)),
-                    records.c.candidate_hash == candidate_hash,
-                    records.c.timing == (self.timing or "warm"),
-                    records.c.error.is_(None),
-                    sa.or_(records.c.board_id == board, records.c.board_id.startswith(board + "@", autoescape=True)),
-                )
-                .values(run_secs_json=canonical(secs), mean_run_sec=sum(secs) / len(secs), created_at=time.time())
-            )
-            return int(updated.rowcount or 0)
-
-    def export_json(self, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
-        """Write MetaSchedule JSONDatabase files (workloads, records) into ``directory``.
-
-        The files are written by TVM's own JSONDatabase, so stock MetaSchedule reads
-        them back exactly. Every workload and every record of this handle's timing
-        (all of them without one) is exported; TVM's format has no timing, so a
-        history holding both should be exported one timing at a time. Existing files
-        of the same names are replaced.
-        """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        with self._access("export tuning records") as engine, engine.connect() as conn:
-            ids = conn.execute(sa.select(workloads.c.id)).scalars().all()
-            entries = self._entries(conn, ids)
-            rows = conn.execute(
-                sa.select(*RECORD_COLUMNS).where(*self._timed()).order_by(records.c.id)
-            ).all()
-            tuning_records = self._to_records(conn, rows)
-        staging = Path(tempfile.mkdtemp(prefix=".edgetune-export-", dir=directory))
-        try:
-            json_db = ms.database.JSONDatabase(
-                path_workload=str(staging / WORKLOAD_FILE),
-                path_tuning_record=str(staging / TUNING_RECORD_FILE),
-                allow_missing=True,
-            )
-            unique = {id(entry): entry for entry in entries.values()}.values()
-            for entry in sorted(unique, key=lambda entry: entry.ids[0]):
-                json_db.commit_workload(entry.workload.mod)
-            for record in tuning_records:
-                json_db.commit_tuning_record(record)
-            result = (directory / WORKLOAD_FILE, directory / TUNING_RECORD_FILE)
-            os.replace(staging / WORKLOAD_FILE, result[0])
-            os.replace(staging / TUNING_RECORD_FILE, result[1])
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return result
 
     @property
     def url(self) -> str:
@@ -921,10 +544,6 @@ class HistoryDatabase(ms.database.PyDatabase, HistoryStore):
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
-
-
-def _for_target(stmt: sa.Select, target_hash: str | None) -> sa.Select:
-    return stmt if target_hash is None else stmt.where(records.c.target_hash == target_hash)
 
 
 @derived_object

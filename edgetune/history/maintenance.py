@@ -31,7 +31,7 @@ import tvm
 from edgetune._version import __version__
 from edgetune.common.choices import DEDUPE_METHODS
 from edgetune.errors import HistoryError
-from edgetune.history.database import TUNING_RECORD_FILE, WORKLOAD_FILE
+from edgetune.history.sql_queries import TUNING_RECORD_FILE, WORKLOAD_FILE
 from edgetune.history.schema import SCHEMA_VERSION
 from edgetune.history.store import (
     DedupeResult,

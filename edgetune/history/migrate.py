@@ -68,7 +68,7 @@ def upgrade_history(url_or_path: str) -> UpgradeResult:
     """Bring the history at ``url_or_path`` to this edgetune's schema version, in one transaction."""
     from alembic import command
 
-    from edgetune.history.database import connect_engine
+    from edgetune.history.sql_engine import connect_engine
 
     engine, name = connect_engine(url_or_path, must_exist=True)
     try:

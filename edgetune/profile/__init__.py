@@ -28,8 +28,8 @@ from edgetune.profile.schema import (
     MeasureSettings,
     RPCSettings,
     TuningSettings,
-    parse_profile,
 )
+from edgetune.profile.parser import parse_profile
 
 __all__ = [
     "BUNDLED_DIR",

@@ -23,7 +23,8 @@ from pathlib import Path
 import edgetune
 from edgetune.errors import ProfileError
 from edgetune.profile import tvm_support
-from edgetune.profile.schema import DeviceProfile, parse_profile
+from edgetune.profile.parser import parse_profile
+from edgetune.profile.schema import DeviceProfile
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -32,6 +32,7 @@ def main() -> None:
     from edgetune.profile import load_profile
     from edgetune.schedules.use import choose_library, transferred_library_candidates
     from edgetune.tuning import TuneOptions, TuningPipeline
+    from edgetune.tuning.session import make_seed_provider
 
     profile = load_profile(args.profile)
     pipeline = TuningPipeline(TuneOptions(profile=profile, model=args.model, out_dir="/tmp/edgetune-host-cost"))
@@ -48,7 +49,7 @@ def main() -> None:
 
     history = open_history(args.db, read_only=True, timing="flushed")
     try:
-        seeds = TuningPipeline.make_seed_provider(history, target, library)
+        seeds = make_seed_provider(history, target, library)
         started = time.monotonic()
         found = sum(len(seeds(c, 2)) for c in contexts)
         print(f"seeds {time.monotonic() - started:.2f} s ({found} seeds)")

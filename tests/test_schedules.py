@@ -458,7 +458,7 @@ def test_failed_library_schedules_fall_back_to_the_measured_default(
     import tvm.s_tir.meta_schedule as ms
 
     from edgetune.tuning import TuningPipeline, TuneOptions
-    from edgetune.tuning import pipeline as pipeline_module
+    from edgetune.tuning import library_phase
 
     path, _db, _profile = library_file
     library = load_library(path)
@@ -467,7 +467,7 @@ def test_failed_library_schedules_fall_back_to_the_measured_default(
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
     extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
     lacking = {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
-    real = pipeline_module.measure_candidates
+    real = library_phase.measure_candidates
     failed: list[str] = []
 
     def failing(contexts, by_task, builder, runner):  # the board rejects every schedule of another shape
@@ -478,7 +478,7 @@ def test_failed_library_schedules_fall_back_to_the_measured_default(
                 measured[index] = (candidate, built, ms.runner.RunnerResult(run_secs=None, error_msg="injected failure"))
         return measured
 
-    monkeypatch.setattr(pipeline_module, "measure_candidates", failing)
+    monkeypatch.setattr(library_phase, "measure_candidates", failing)
     summary = tune(profile, loopback_board, tmp_path / "run", model=model, trials=len(extracted), evaluate=False)
     assert len(failed) >= 2, "the 40x40 CNN's convolutions start from the library's 32x32 schedules"
     for task in summary.tasks:

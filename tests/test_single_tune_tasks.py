@@ -16,7 +16,7 @@ from conftest import REPO
 #: where Python lives in this repository
 SOURCE_DIRS = ("edgetune", "benchmarks", "tests", "rpc_setup")
 #: the one file allowed to call it
-PIPELINE = Path("edgetune/tuning/pipeline.py")
+PIPELINE = Path("edgetune/tuning/run.py")
 
 
 def _called_name(call: ast.Call) -> str | None:

@@ -264,14 +264,15 @@ def test_stock_scheduler_on_a_board_sharing_the_host_cpu_awaits_each_batch(tmp_p
     """Gradient on a board that is this host's CPU: batches are measured before the next is built."""
     from edgetune.board.base import TrackerBoard
     from edgetune.profile import load_profile
-    from edgetune.tuning import TuneOptions, pipeline, run_tune
+    from edgetune.tuning import TuneOptions, run_tune
+    from edgetune.tuning import run as run_stage
 
     class HostCpuBoard(TrackerBoard):
         awaits_measurements = True
 
     wrapped = []
-    real = pipeline.AwaitingRunner
-    monkeypatch.setattr(pipeline, "AwaitingRunner", lambda inner: wrapped.append(inner) or real(inner))
+    real = run_stage.AwaitingRunner
+    monkeypatch.setattr(run_stage, "AwaitingRunner", lambda inner: wrapped.append(inner) or real(inner))
     profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"task_scheduler": "gradient"})
     summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=8, evaluate=False,
                                    board=HostCpuBoard(loopback_board)))

@@ -137,7 +137,7 @@ def transferred_library_candidates(context: Any, library: ScheduleLibrary, targe
 
     Up to ``count`` candidates, the nearest shape first (:func:`~edgetune.search.transfer.best_similar_records`).
     They are measured as the task's first trials; under two trials per task in place of its untuned default
-    (:meth:`~edgetune.tuning.pipeline.TuningPipeline.open_session`): a one-trial tune would otherwise spend
+    (:func:`~edgetune.tuning.plan.plan_first_measurements`): a one-trial tune would otherwise spend
     it on the untuned loops of a convolution and deliver them. Memory-bound tasks, and a task of the exact
     workload, get none.
     """

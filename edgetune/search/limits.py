@@ -6,7 +6,7 @@ from __future__ import annotations
 class TaskLimits:
     """Per task: a cap on measured candidates, and how many were measured before its search.
 
-    The tuning loop owns it (:class:`~edgetune.tuning.pipeline.TaskPlan`) and
+    The tuning loop owns it (:class:`~edgetune.tuning.session.TuneSession`, from the plan's caps) and
     fixes it before the first batch, once each task's default schedule and
     library schedules are measured; the search only reads it. A task worth
     little of the model's latency gets a cap, so it does not take slots from

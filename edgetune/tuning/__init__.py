@@ -1,8 +1,14 @@
 """Tuning: the pipeline that ``edgetune tune`` and every benchmark run.
 
-* :mod:`.pipeline`: :class:`TuningPipeline` builds the MetaSchedule components
-  from a profile and :class:`TuneOptions`; :func:`run_tune` runs it;
+* :mod:`.pipeline`: :class:`TuningPipeline` runs one tune's stages in order from a
+  profile and :class:`TuneOptions`; :func:`run_tune` runs it;
   :class:`Components` lets a caller pass in the one component it compares.
+* The stages, each handing a frozen record on: :mod:`.inputs` (options, checked
+  inputs, the board), :mod:`.plan` (:class:`TaskPlan` and what is measured before
+  and sized for the search), :mod:`.session` (the components, ``TuneSession``),
+  :mod:`.library_phase` (default and library schedules measured first),
+  :mod:`.run` (the one ``ms.tune_tasks`` call, retiming), :mod:`.summarize`;
+  :mod:`.components` says what the run asks of each component.
 * :mod:`.summary`: :class:`TuneSummary`, the typed result (``summary.json``).
 * :mod:`.progress`: progress state and the :class:`ProgressSink` the CLI renders.
 * :mod:`.callbacks`, :mod:`.cache`, :mod:`.signals`, :mod:`.settings`,
@@ -18,9 +24,9 @@ _EXPORTS = {
     "CandidateCache": "cache",
     "ARTIFACT_NAME": "evaluate",
     "UNTUNED_ARTIFACT_NAME": "evaluate",
-    "Components": "pipeline",
-    "TaskPlan": "pipeline",
-    "TuneOptions": "pipeline",
+    "Components": "components",
+    "TaskPlan": "plan",
+    "TuneOptions": "inputs",
     "TuningPipeline": "pipeline",
     "run_tune": "pipeline",
     "CurvePoint": "progress",

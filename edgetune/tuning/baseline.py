@@ -10,16 +10,30 @@ code; the summary names those tasks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping, Sequence
 
+import numpy as np
 import tvm.s_tir.meta_schedule as ms
+from tvm.s_tir.meta_schedule import TuneContext
+from tvm.s_tir.meta_schedule.builder import Builder, BuilderResult
+from tvm.s_tir.meta_schedule.runner import Runner, RunnerResult
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
+from ..common.failure import is_failed
 from ..search.default_schedule import default_schedule, is_default_trace
 
-__all__ = ["default_schedule", "is_default_trace", "measure_candidates", "measure_defaults"]
+__all__ = ["default_schedule", "is_default_trace", "mean_or_none", "measure_candidates", "measure_defaults"]
+
+#: per task index: the candidate, its build and its run, as the measure callbacks take them
+Measured = dict[int, tuple[MeasureCandidate, BuilderResult, RunnerResult]]
 
 
-def measure_defaults(contexts: list[Any], wanted: list[int], builder: Any, runner: Any) -> dict[int, tuple[Any, Any, Any]]:
+def mean_or_none(run_secs: Sequence[float] | None) -> float | None:
+    """The mean run time; None for no run or a failed one."""
+    return float(np.mean(run_secs)) if run_secs and not is_failed(run_secs) else None
+
+
+def measure_defaults(contexts: list[TuneContext], wanted: list[int], builder: Builder, runner: Runner) -> Measured:
     """Build and measure the default schedule of ``contexts[i]`` for each ``i`` in ``wanted``, as one batch.
 
     Returns ``{task index: (candidate, builder result, runner result)}`` for
@@ -32,7 +46,9 @@ def measure_defaults(contexts: list[Any], wanted: list[int], builder: Any, runne
     return measure_candidates(contexts, candidates, builder, runner)
 
 
-def measure_candidates(contexts: list[Any], by_task: dict[int, Any], builder: Any, runner: Any) -> dict[int, tuple[Any, Any, Any]]:
+def measure_candidates(
+    contexts: list[TuneContext], by_task: Mapping[int, MeasureCandidate], builder: Builder, runner: Runner,
+) -> Measured:
     """Build and measure one candidate per task (``{task index: MeasureCandidate}``) as one batch, before the search."""
     wanted, candidates = list(by_task), list(by_task.values())
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, contexts[i].target) for i, c in zip(wanted, candidates)])

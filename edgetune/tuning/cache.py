@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tvm.ir import IRModule
+    from tvm.target import Target
+    
+    from .components import TuningHistory
 
 
 class CandidateCache:
@@ -18,12 +24,12 @@ class CandidateCache:
         self._defaults: dict[str, list[float]] = {}  # workload hash -> its default schedule's run times
 
     @staticmethod
-    def key(mod: Any) -> str:
+    def key(mod: IRModule) -> str:
         import tvm_ffi
 
         return str(tvm_ffi.structural_hash(mod))
 
-    def add_history(self, history: Any, workload_mod: Any, target: Any) -> int:
+    def add_history(self, history: TuningHistory, workload_mod: IRModule, target: Target) -> int:
         """Index every record of ``workload_mod`` on ``target``; return how many."""
         from tvm.s_tir import Schedule
 
@@ -44,11 +50,11 @@ class CandidateCache:
             self._run_secs[self.key(sch.mod)] = [float(x) for x in record.run_secs]
         return len(records)
 
-    def default_run_secs(self, workload_mod: Any) -> list[float] | None:
+    def default_run_secs(self, workload_mod: IRModule) -> list[float] | None:
         """Stored run times of the workload's default schedule (the untuned code); None if never measured."""
         return self._defaults.get(self.key(workload_mod))
 
-    def lookup_mod(self, mod: Any) -> str | None:
+    def lookup_mod(self, mod: IRModule) -> str | None:
         key = self.key(mod)
         return key if key in self._run_secs else None
 

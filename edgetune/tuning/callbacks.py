@@ -9,7 +9,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
@@ -22,6 +22,18 @@ from ..measure.runner import TrackerRunner
 from ..common.failure import FAILED_RUN_SECS, is_board_unavailable, is_claimed_elsewhere, is_stopped_before_board
 from .progress import ProgressSink, TaskProgress, TuneProgress
 from ..common.interrupts import StopRequested
+
+if TYPE_CHECKING:
+    from typing import Sequence
+    
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.builder import BuilderResult
+    from tvm.s_tir.meta_schedule.runner import Runner, RunnerResult
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm.s_tir.meta_schedule.task_scheduler import TaskScheduler
+    
+    from .claims import CandidateClaims
+    from .components import TuningHistory
 
 
 @derived_object
@@ -36,14 +48,14 @@ class RecordAndReport(PyMeasureCallback):
 
     def __init__(
         self,
-        history: Any,
-        contexts: list[Any],
+        history: TuningHistory,
+        contexts: list[TuneContext],
         progress: TuneProgress,
         sink: ProgressSink,
         stop: threading.Event,
-        runner: Any = None,
+        runner: Runner | None = None,
         measurement_log: Path | None = None,
-        claims: Any = None,
+        claims: CandidateClaims | None = None,
     ) -> None:
         super().__init__()
         self.history = history
@@ -58,10 +70,16 @@ class RecordAndReport(PyMeasureCallback):
         #: why the run stopped by itself (every board gone), for the resume message
         self.stop_reason: str | None = None
 
-    def apply(self, task_scheduler: Any, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
+    def apply(
+        self, task_scheduler: TaskScheduler, task_id: int, measure_candidates: Sequence[MeasureCandidate],
+        builder_results: Sequence[BuilderResult], runner_results: Sequence[RunnerResult],
+    ) -> None:
         self.record(task_id, measure_candidates, builder_results, runner_results)
 
-    def record(self, task_id: int, measure_candidates: Any, builder_results: Any, runner_results: Any) -> None:
+    def record(
+        self, task_id: int, measure_candidates: Sequence[MeasureCandidate], builder_results: Sequence[BuilderResult],
+        runner_results: Sequence[RunnerResult],
+    ) -> None:
         """Commit one batch of task ``task_id``; also called directly for batches measured outside the scheduler."""
         ctx = self.contexts[task_id]
         task = self.progress.tasks[task_id]
@@ -119,7 +137,7 @@ class RecordAndReport(PyMeasureCallback):
             raise StopRequested("stop requested")
 
     @staticmethod
-    def _drop_artifact(artifact: Any) -> None:
+    def _drop_artifact(artifact: str | None) -> None:
         if artifact and CachedArtifact.parse(artifact) is None:
             remove_artifact(str(artifact))
 
@@ -153,7 +171,7 @@ def record_all_then_stop() -> Iterator[Callable[..., None]]:
     """
     stop: list[StopRequested] = []
 
-    def record(recorder: RecordAndReport, *args: Any) -> None:
+    def record(recorder: RecordAndReport, *args: object) -> None:
         try:
             recorder.record(*args)
         except StopRequested as requested:

@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..common.failure import CLAIMED_ELSEWHERE, is_failed
 from ..errors import HistoryError
 from ..history.store import ClaimOwner
 from .cache import CandidateCache
+
+if TYPE_CHECKING:
+    from tvm.ir import IRModule
+    from tvm.target import Target
+    
+    from ..history.store import Claim
+    from .components import TuningHistory
 
 #: shortest lease: a heartbeat late by a few seconds (a busy host) must not lose a claim
 MIN_LEASE_SEC = 60.0
@@ -43,8 +50,8 @@ class CandidateClaims:
 
     def __init__(
         self,
-        history: Any,
-        target: Any,
+        history: TuningHistory,
+        target: Target,
         cache: CandidateCache,
         *,
         lease_sec: float = MIN_LEASE_SEC,
@@ -69,7 +76,7 @@ class CandidateClaims:
         self._heartbeat.start()
 
     # -- the builder's side ------------------------------------------------------
-    def claim(self, mod: Any) -> bool:
+    def claim(self, mod: IRModule) -> bool:
         """Claim a candidate about to be built; False: another process measures (or measured) it."""
         key = CandidateCache.key(mod)
         claim = self.history.claims.claim_candidate(self.target, key, self.owner, self.lease_sec)
@@ -78,7 +85,7 @@ class CandidateClaims:
             claim = self.history.claims.claim_candidate(self.target, key, self.owner, self.lease_sec, take_measured=True)
         return self._won(key, claim)
 
-    def wait(self, mod: Any) -> tuple[str, str | None]:
+    def wait(self, mod: IRModule) -> tuple[str, str | None]:
         """After :meth:`claim` lost: ``("serve", cache key)``, ``("build", None)`` or ``("skip", error)``.
 
         Serve: another process's record holds the result (added to the cache).
@@ -118,13 +125,13 @@ class CandidateClaims:
             time.sleep(self.poll_sec)
 
     # -- the measure callback's side ---------------------------------------------------
-    def finish(self, mod: Any, record_id: int) -> None:
+    def finish(self, mod: IRModule, record_id: int) -> None:
         """The candidate's result is committed as ``record_id``: the claim now points at it."""
         key = self._drop(mod)
         if key is not None:
             self.history.claims.finish_claim(self.target, key, self.owner, record_id)
 
-    def release(self, mod: Any) -> None:
+    def release(self, mod: IRModule) -> None:
         """The candidate was not measured after all (no board): another run may take it."""
         key = self._drop(mod)
         if key is not None:
@@ -147,14 +154,14 @@ class CandidateClaims:
             return len(self._held)
 
     # -- internals -------------------------------------------------------------------
-    def _won(self, key: str, claim: Any) -> bool:
+    def _won(self, key: str, claim: Claim | None) -> bool:
         if claim.owner.run != self.owner.run or not claim.live:
             return False
         with self._lock:
             self._held.add(key)
         return True
 
-    def _drop(self, mod: Any) -> str | None:
+    def _drop(self, mod: IRModule) -> str | None:
         with self._lock:
             if not self._held:
                 return None

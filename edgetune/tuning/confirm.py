@@ -25,7 +25,7 @@ faster models (benchmarks/RESULTS.md, vs_onnxruntime_retime).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
@@ -33,6 +33,15 @@ import tvm.s_tir.meta_schedule as ms
 from ..builder.builder import WarmBuilder
 from ..common.failure import is_failed
 from .callbacks import remove_artifact
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule.builder import Builder
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import Runner
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    
+    from .summary import Json
 
 
 @dataclass
@@ -45,7 +54,7 @@ class ConfirmedTask:
     after_us: float  # its best once they were timed again
     pick_changed: bool  # the delivered schedule is another candidate than the search's fastest
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         """As the summary keeps it per task (``TaskResult.retimed``)."""
         return {
             "candidates": self.retimed, "before_us": self.before_us, "after_us": self.after_us,
@@ -77,7 +86,9 @@ def retime_limit(tasks: int, count: int, search_budget: int) -> int:
     return limit if count >= 2 and tasks > 0 and search_budget >= 4 * limit else 0
 
 
-def measure_together(context: Any, candidates: list[Any], builder: Any, runner: Any) -> list[list[float] | None]:
+def measure_together(
+    context: TuneContext, candidates: list[MeasureCandidate], builder: Builder, runner: Runner,
+) -> list[list[float] | None]:
     """Build ``candidates`` of one task and time them in one batch, so that they meet the board in the same state.
 
     Each result is its run times, or None where the build or the run failed. The
@@ -105,5 +116,5 @@ def measure_together(context: Any, candidates: list[Any], builder: Any, runner: 
     return results
 
 
-def mean_sec(record: Any) -> float:
+def mean_sec(record: TuningRecord) -> float:
     return float(np.mean([float(x) for x in record.run_secs]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..common.run_dir import RunDir
 from ..board.rpc_tracker import TrackerAddress
@@ -15,6 +15,11 @@ from ..profile import DeviceProfile
 from ..tasks import LoadedModel
 from .summary import EndToEnd
 
+if TYPE_CHECKING:
+    from tvm.target import Target
+    
+    from .components import TuningHistory
+
 ARTIFACT_NAME = RunDir.ARTIFACT
 UNTUNED_ARTIFACT_NAME = RunDir.UNTUNED_ARTIFACT
 #: where the tuned build goes when it measured slower than the untuned one and ``model.so`` is the untuned build
@@ -22,7 +27,7 @@ SLOWER_TUNED_ARTIFACT_NAME = RunDir.SLOWER_TUNED_ARTIFACT
 
 
 def evaluate_end_to_end(
-    model: LoadedModel, profile: DeviceProfile, target: Any, history: Any, address: TrackerAddress, out_dir: Path
+    model: LoadedModel, profile: DeviceProfile, target: Target, history: TuningHistory, address: TrackerAddress, out_dir: Path
 ) -> EndToEnd:
     """Build ``model.so`` (tuned) and ``model-untuned.so``, time both on the device, check their outputs agree.
 

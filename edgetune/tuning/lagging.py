@@ -36,7 +36,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from tvm.ir import IRModule
+    
+    from ..schedules.library import ScheduleLibrary
+    from ..search.limits import TaskLimits
+    from .summary import Json
 
 #: fewest library workloads of a class for its median to be a reference
 MIN_CLASS_WORKLOADS = 3
@@ -62,11 +69,11 @@ class LaggingTask:
     share: float
     reserved: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         return asdict(self)
 
 
-def class_gflops(library: Any, mod: Any) -> float | None:
+def class_gflops(library: ScheduleLibrary, mod: IRModule) -> float | None:
     """What ``mod``'s operator class reaches in ``library``: the median of its workloads' best GFLOPS, or None.
 
     A workload the library holds exactly is judged by its own best record instead: a 1x1 convolution on a 7x7 map
@@ -100,7 +107,7 @@ def choose_lagging(
 
 
 def reserve_for_lagging(
-    lagging: Sequence[TaskStanding], limits: Any, model_sec: float, trials: int
+    lagging: Sequence[TaskStanding], limits: TaskLimits, model_sec: float, trials: int
 ) -> list[LaggingTask]:
     """Keep ``trials`` of the search budget for each lagging task, in order, while the budget lasts; raise its cap."""
     kept: list[LaggingTask] = []
@@ -114,7 +121,7 @@ def reserve_for_lagging(
     return kept
 
 
-def describe_lagging(searched_first: Sequence[dict[str, Any]]) -> str:
+def describe_lagging(searched_first: Sequence[Json]) -> str:
     """One line: which tasks ran far below their class and how many search trials each has kept."""
     parts = [
         f"{t['name']} ({t['gflops']:.0f} of its class's {t['class_gflops']:.0f} GFLOPS, {t['share']:.0%} of the model, "

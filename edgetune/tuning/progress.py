@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-from .summary import TaskResult, TuneSummary
+from .summary import Json, TaskResult, TuneSummary
 
 
 @dataclass
@@ -33,7 +31,7 @@ class TaskProgress:
 
     def to_result(
         self, kept_default: bool, cap: int | None, workload_hash: str = "", library_us: float | None = None,
-        retimed: dict[str, Any] | None = None, transferred_us: float | None = None,
+        retimed: Json | None = None, transferred_us: float | None = None,
     ) -> TaskResult:
         """The task as the summary keeps it (microseconds); :meth:`TuneProgress.from_summary` reads it back."""
         return TaskResult(
@@ -65,7 +63,7 @@ class CurvePoint:
     task: int  # index of the task whose batch this was
     estimate_sec: float | None  # sum over tasks of weight x best; None until every task has one
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         return {"seconds": round(self.seconds, 3), "trials": self.trials, "task": self.task, "estimate_sec": self.estimate_sec}
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from tvm.s_tir.meta_schedule import TuneContext
 
 from ..common.run_dir import RunDir
 from ..errors import ProfileError
@@ -11,9 +13,22 @@ from ..tasks.signature import operator_signature
 from ..profile import DeviceProfile
 from ..search.strategy import SearchReport
 from ..measure.runner import MeasureStats, TrackerRunner
+from .summary import Json
+
+if TYPE_CHECKING:
+    from tvm.ir import IRModule
+    from tvm.s_tir.meta_schedule.runner import Runner
+    from tvm.target import Target
+    
+    from ..board.base import Board
+    from .components import TuningHistory
 
 #: one JSON line per candidate timed by the adaptive evaluator: runs used, final CV
 MEASUREMENT_LOG = RunDir.MEASUREMENTS
+#: ``--suggested``: the summary's entry (its ``message``; ``tasks``, what each task got)
+Suggested = Json
+#: ``--suggested``: the settings per operator signature, for the adaptive search
+PerType = dict[tuple[str, ...], Json]
 
 
 def check_combined_settings(profile: DeviceProfile) -> None:
@@ -37,8 +52,8 @@ def check_combined_settings(profile: DeviceProfile) -> None:
 
 
 def suggested_settings(
-    history: Any, target: Any, profile: DeviceProfile, workloads: list[Any], batch: int
-) -> tuple[dict[str, Any], dict[tuple[str, ...], dict[str, Any]] | None]:
+    history: TuningHistory, target: Target, profile: DeviceProfile, workloads: list[IRModule], batch: int
+) -> tuple[Suggested, PerType | None]:
     """``--suggested``: the settings per task type of this model from the history, for the search strategy.
 
     Returns the summary's ``suggested`` entry (its ``message`` says which task
@@ -57,7 +72,7 @@ def suggested_settings(
     )
     per_type = settings_by_operator(suggestions)
     without = ["+".join(op) for op in operators if op not in per_type]
-    entry: dict[str, Any] = {
+    entry: Json = {
         "batch": batch,
         "early_stop": tuning.early_stop,
         "sampler": tuning.sampler,
@@ -78,7 +93,7 @@ def suggested_settings(
     return entry, per_type
 
 
-def with_applied(suggested: dict[str, Any] | None, report: SearchReport, contexts: list[Any]) -> dict[str, Any] | None:
+def with_applied(suggested: Suggested | None, report: SearchReport, contexts: list[TuneContext]) -> Suggested | None:
     """The summary's ``suggested`` entry with what each task got, in task order."""
     if suggested is None:
         return None
@@ -87,7 +102,7 @@ def with_applied(suggested: dict[str, Any] | None, report: SearchReport, context
     return suggested
 
 
-def measurement_summary(profile: DeviceProfile, runner: Any, board: Any = None) -> dict[str, Any]:
+def measurement_summary(profile: DeviceProfile, runner: Runner, board: Board | None = None) -> Json:
     """How candidates were timed, and the runs the adaptive evaluator saved against its cap.
 
     A provisioned board adds ``board_health``: heat readings, waits to cool, server restarts.

@@ -15,9 +15,16 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..common.run_dir import RunDir
+
+#: a JSON object as ``summary.json`` holds it
+Json = dict[str, Any]
+_Record = TypeVar("_Record")
+
+if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule.cost_model import CostModel
 
 SUMMARY_NAME = RunDir.SUMMARY
 #: one line per ``edgetune tune`` session in the run directory: that session's summary (summary.json keeps the last)
@@ -112,7 +119,7 @@ class HostTime:
                    if self.feature_hits + self.feature_misses else ""))
 
 
-def host_time(wall: float, search: float, cost_model: Any, build: float, board: float, measured: int,
+def host_time(wall: float, search: float, cost_model: CostModel, build: float, board: float, measured: int,
               ahead: float = 0.0) -> HostTime:
     """The host's share of ``wall`` by component; ``cost_model`` is read for the times it keeps (the random forest).
 
@@ -168,7 +175,7 @@ class TaskResult:
     # the schedule library's schedule of this exact workload, as measured on this board (None: the task did not start from it)
     library_latency_us: float | None = None
     # its fastest schedules timed again before the model was built: candidates, before_us, after_us, pick_changed
-    retimed: dict[str, Any] | None = None
+    retimed: Json | None = None
     # the library's schedule of another shape of this operator, adapted and measured on this board in place of
     # the untuned default (None: the task's exact workload was in the library, or none transferred)
     transferred_latency_us: float | None = None
@@ -178,8 +185,8 @@ class TaskResult:
 class EndToEnd:
     artifact: str = ""
     untuned_artifact: str = ""
-    untuned_latency: dict[str, Any] | None = None  # median_ms, mean_ms, ... as measured on the device
-    tuned_latency: dict[str, Any] | None = None
+    untuned_latency: Json | None = None  # median_ms, mean_ms, ... as measured on the device
+    tuned_latency: Json | None = None
     speedup: float = math.nan
     outputs_match: bool | None = None
     max_abs_diff: float | None = None
@@ -187,7 +194,7 @@ class EndToEnd:
     # sum over tasks of weight x best latency, as tuning measured them: the tuned build's time inside its kernels
     tuned_kernels_ms: float | None = None
     # tuning.baseline: the runtime a user would otherwise run, timed beside model.so (board.baseline.BaselineResult)
-    baselines: list[dict[str, Any]] = field(default_factory=list)
+    baselines: list[Json] = field(default_factory=list)
 
     @property
     def outside_kernels_share(self) -> float | None:
@@ -218,28 +225,28 @@ class TuneSummary:
     date: str = ""
     model: ModelInfo | None = None
     profile: str = ""
-    target: Any = None
+    target: Json | None = None  # the TVM target, exported
     board: BoardInfo | None = None
     history: str | None = None
     trials: TrialCounts | None = None
     seconds: Seconds | None = None
     search: SearchInfo | None = None
-    measurement: dict[str, Any] = field(default_factory=dict)
-    measurement_reduction: dict[str, Any] | None = None
-    warm_start: dict[str, Any] = field(default_factory=dict)
-    suggested: dict[str, Any] | None = None
+    measurement: Json = field(default_factory=dict)
+    measurement_reduction: Json | None = None
+    warm_start: Json = field(default_factory=dict)
+    suggested: Json | None = None
     interrupted: bool = False
     tasks: list[TaskResult] = field(default_factory=list)
-    curve: list[dict[str, Any]] = field(default_factory=list)  # one point per batch, see progress.CurvePoint
+    curve: list[Json] = field(default_factory=list)  # one point per batch, see progress.CurvePoint
     end_to_end: EndToEnd | None = None
     # how the graph was prepared (tasks.graph.GraphReport) and its kernels by class (tasks.inventory), under "kernels"
-    graph: dict[str, Any] | None = None
+    graph: Json | None = None
     # how the graph was prepared, which every build of the run's records repeats (tasks.recipe.Recipe.to_dict)
-    recipe: dict[str, Any] | None = None
+    recipe: Json | None = None
     # the schedule library this run started from (schedules.use.LibraryChoice.to_dict); None for older summaries
-    schedules: dict[str, Any] | None = None
+    schedules: Json | None = None
     # where the host's time went (HostTime as a dict); None for older summaries
-    host_time: dict[str, Any] | None = None
+    host_time: Json | None = None
     # the dot-product instruction int8 kernels were tensorized with (common.int8_isa); "" for older summaries
     int8_instruction: str = ""
 
@@ -335,7 +342,7 @@ class TuneSummary:
         """The delivered ``model.so``; None when the run did not compile the model."""
         return Path(self.end_to_end.artifact) if self.end_to_end else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         out = dataclasses.asdict(self)
         if out["end_to_end"] is None:
             del out["end_to_end"]
@@ -350,12 +357,12 @@ class TuneSummary:
         return path
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TuneSummary":
+    def from_dict(cls, data: Json) -> "TuneSummary":
         """Inverse of :meth:`to_dict`; unknown keys (a newer edgetune) are ignored."""
         sections = {
             "model": ModelInfo, "board": BoardInfo, "trials": TrialCounts, "seconds": Seconds, "search": SearchInfo,
         }
-        kwargs: dict[str, Any] = {}
+        kwargs: Json = {}
         for f in dataclasses.fields(cls):
             if f.name not in data:
                 continue
@@ -400,6 +407,6 @@ def load_sessions(run_dir: Path) -> list[TuneSummary]:
     return sessions
 
 
-def _build(kind: type, data: dict[str, Any]) -> Any:
+def _build(kind: type[_Record], data: Json) -> _Record:
     names = {f.name for f in dataclasses.fields(kind)}
     return kind(**{key: value for key, value in data.items() if key in names})

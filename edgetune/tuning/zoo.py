@@ -22,12 +22,18 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import OptionError, TuningInterrupted
 from ..schedules.export import export_library
 from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary
 from .progress import ProgressSink, TaskProgress, TuneProgress
+
+if TYPE_CHECKING:
+    from tvm.target import Target
+
+    from ..common.interrupts import StopSignal
+    from ..profile import DeviceProfile
 
 #: seconds between two progress lines of one model (a model of the zoo can take an hour)
 PROGRESS_EVERY_SEC = 60.0
@@ -64,7 +70,7 @@ class _BuildProgress(ProgressSink):
 
     def __init__(self, label: str, say: Callable[[str], None], deadline: float | None, clock: Callable[[], float]) -> None:
         self.label, self.say, self.deadline, self.clock = label, say, deadline, clock
-        self.stop: Any = None  # the run's StopSignal, set once the pipeline exists
+        self.stop: StopSignal | None = None  # the run's, set once the pipeline exists
         self.timed_out = False
         self._last = clock()
 
@@ -80,7 +86,7 @@ class _BuildProgress(ProgressSink):
 
 def build_library(
     zoo: Sequence[str],
-    profile: Any,
+    profile: DeviceProfile,
     db: str,
     *,
     budget_per_workload: int,
@@ -180,7 +186,7 @@ def build_library(
 
 
 def _export(
-    profile: Any, db: str, out: Path, covered: list[str], *, top_k: int, budget_per_workload: int, tracker: str | None
+    profile: DeviceProfile, db: str, out: Path, covered: list[str], *, top_k: int, budget_per_workload: int, tracker: str | None
 ) -> ScheduleLibrary:
     """Write the library of what ``db`` holds for the profile's target, its header naming the ``covered`` zoo."""
     from ..history import open_history
@@ -202,7 +208,7 @@ def _print_now(message: str) -> None:
     print(message, flush=True)
 
 
-def _measured_on(target: Any, tracker: str | None) -> str | None:
+def _measured_on(target: Target, tracker: str | None) -> str | None:
     """This host's CPU when the build measured on the loopback board (whatever mcpu the code was made for)."""
     if tracker is not None or str(target.kind.name) != "llvm":
         return None  # the boards of a farm: their names are in every schedule

@@ -69,7 +69,9 @@ def test_tune_writes_artifact_summary_and_history(tuned_run):
     assert "end to end on the device" in result.stdout
     # the prepared graph and its kernels: two conv+bias+relu and a dense layer; a mean and a reshape
     graph = summary["graph"]
-    assert graph["optimization"] == "full" and [p["name"] for p in graph["passes"]][:2] == ["fold-constants", "fold-batch-norm"]
+    passes = {p["name"]: p["status"] for p in graph["passes"]}
+    assert passes["integer"] == "unchanged"  # a float model: nothing quantized to compute in int8
+    assert graph["optimization"] == "full" and [p["name"] for p in graph["passes"]][1:3] == ["fold-constants", "fold-batch-norm"]
     assert (graph["kernels"]["compute_bound"], graph["kernels"]["memory_bound"], graph["kernels"]["foldable"]) == (3, 2 + transforms, [])
     assert f"kernels: 3 compute-bound, {2 + transforms} memory-bound" in result.stdout
     kernels_ms = sum(t["weight"] * t["best_latency_us"] for t in summary["tasks"]) / 1e3

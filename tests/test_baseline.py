@@ -87,6 +87,8 @@ def test_integer_outputs_agree_as_the_int8_goal_says_and_never_wrap() -> None:
     assert output_agreement(np.ones(4, np.float32), np.ones(4, np.float32) * (1 + 1e-3))[1:] == (None, False)
     line = BaselineResult("litert", "2", 1.0, 2.0, max_rel_diff=rel, outputs_match=match, identical=identical).line()
     assert line.endswith("99.6% of outputs identical, the rest within one quantum"), line
+    same = BaselineResult("litert", "2", 1.0, 2.0, max_rel_diff=0.0, outputs_match=True, identical=1.0).line()
+    assert same.endswith("2.00x slower; all outputs identical"), same
 
 
 def test_a_rewritten_model_so_is_timed_as_it_is_now(tmp_path) -> None:

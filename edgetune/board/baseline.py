@@ -81,7 +81,9 @@ class BaselineResult:
         speedup = self.speedup
         verdict = f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
         agree = "" if self.outputs_match else f"; outputs DIFFER (max rel diff {self.max_rel_diff:.2g})"
-        if self.identical is not None:
+        if self.identical == 1:
+            agree = "; all outputs identical"
+        elif self.identical is not None:
             agree = f"; {self.identical:.1%} of outputs identical" + (", the rest within one quantum" if
                                                                       self.outputs_match else agree)
         return f"tuned {self.tuned_ms:.3f} ms; {name} {self.baseline_ms:.3f} ms on this board: {verdict}{agree}"

@@ -85,22 +85,16 @@ def _is_op(expr: Any, name: str) -> bool:
 
 def _conv_compute(x: te.Tensor, w: te.Tensor, strides: tuple[int, int], dilation: tuple[int, int],
                   out_hw: tuple[int, int]) -> te.Tensor:
-    """NHWC data x packed ``[KH, KW, O/L, I/4, L, 4]`` weights -> ``[N, OH, OW, O]`` int32 (``O`` padded to tiles).
-
-    The output is plain NHWC, its channel ``c`` read from tile ``c // L``, lane ``c % L``: the requantize that
-    follows is elementwise on it and ``FuseOps`` puts it into this kernel (a blocked ``[..., O/L, L]`` output
-    needed a reshape, which does not fuse: the epilogue was a task of its own, one more pass over int32 memory).
-    ``MultiLevelTilingWithIntrin`` still finds the instruction's tile (checked: ``tests/test_int8_intrin.py``).
-    """
-    kh, kw, _, in_quads, lanes, _ = (int(d) for d in w.shape)
+    """NHWC data x packed ``[KH, KW, O/L, I/4, L, 4]`` weights -> ``[N, OH, OW, O/L, L]`` int32."""
+    kh, kw, _, in_quads, _, _ = (int(d) for d in w.shape)
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     ko, ki = te.reduce_axis((0, in_quads), "ko"), te.reduce_axis((0, 4), "ki")
     (sh, sw), (dh, dw) = strides, dilation
     return te.compute(
-        (x.shape[0], out_hw[0], out_hw[1], w.shape[2] * lanes),
-        lambda n, y, xx, c: te.sum(
+        (x.shape[0], out_hw[0], out_hw[1], w.shape[2], w.shape[4]),
+        lambda n, y, xx, oo, oi: te.sum(
             x[n, y * sh + ry * dh, xx * sw + rx * dw, ko * 4 + ki].astype("int32")
-            * w[ry, rx, c // lanes, ko, c % lanes, ki].astype("int32"),
+            * w[ry, rx, oo, ko, oi, ki].astype("int32"),
             axis=[ry, rx, ko, ki],
         ),
         name="conv2d_int8",
@@ -108,13 +102,11 @@ def _conv_compute(x: te.Tensor, w: te.Tensor, strides: tuple[int, int], dilation
 
 
 def _dense_compute(x: te.Tensor, w: te.Tensor) -> te.Tensor:
-    """``[M, K]`` data x packed ``[N/L, K/4, L, 4]`` weights -> ``[M, N]`` int32 (``N`` padded to tiles)."""
-    lanes = int(w.shape[2])
+    """``[M, K]`` data x packed ``[N/L, K/4, L, 4]`` weights -> ``[M, N/L, L]`` int32."""
     ko, ki = te.reduce_axis((0, w.shape[1]), "ko"), te.reduce_axis((0, 4), "ki")
     return te.compute(
-        (x.shape[0], w.shape[0] * lanes),
-        lambda m, c: te.sum(x[m, ko * 4 + ki].astype("int32") * w[c // lanes, ko, c % lanes, ki].astype("int32"),
-                            axis=[ko, ki]),
+        (x.shape[0], w.shape[0], w.shape[2]),
+        lambda m, oo, oi: te.sum(x[m, ko * 4 + ki].astype("int32") * w[oo, ko, oi, ki].astype("int32"), axis=[ko, ki]),
         name="dense_int8",
     )
 
@@ -222,8 +214,9 @@ class _Int8Kernels(relax.PyExprMutator):
         as_u8 = self.builder_.emit(relax.op.astype(x, "uint8"))
         return self.builder_.emit(relax.op.add(as_u8, relax.const(128, "uint8")))
 
-    def _unblock(self, y: relax.Expr, shape: list[int], channels: int, axis: int) -> relax.Expr:
-        """The result (``shape``) with the padded output channels sliced off."""
+    def _unblock(self, blocked: relax.Expr, shape: list[int], channels: int, axis: int) -> relax.Expr:
+        """The blocked result reshaped to its plain shape, the padded output channels sliced off."""
+        y = self.builder_.emit(relax.op.reshape(blocked, shape))
         if shape[axis] != channels:
             y = self.builder_.emit(relax.op.strided_slice(y, axes=[axis], begin=[0], end=[channels]))
         self.converted += 1

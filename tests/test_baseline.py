@@ -66,6 +66,31 @@ def test_the_verdict_reads_the_right_way_round() -> None:
     assert slower.line() == "tuned 2.500 ms; ONNX Runtime 1.000 ms on this board: 2.50x slower"
 
 
+def test_integer_outputs_agree_as_the_int8_goal_says_and_never_wrap() -> None:
+    """A quantized model's int8 outputs: compared as int64 (127 against -128 is 255 apart, not 1), and agreeing
+    when 99% are identical and the rest one quantum off, as two int8 runtimes' requantizations do."""
+    import numpy as np
+
+    from edgetune.board.baseline import output_agreement
+
+    theirs = np.arange(-128, 128).astype(np.int8)
+    one_off = theirs.copy()
+    one_off[10] += 1
+    rel, identical, match = output_agreement(one_off, theirs)
+    assert match and identical == pytest.approx(255 / 256) and rel == pytest.approx(1 / 128)
+    wrapped = theirs.copy()
+    wrapped[-1] = -128  # 127 in theirs: wraps to 1 apart in int8 arithmetic
+    assert output_agreement(wrapped, theirs) == (pytest.approx(255 / 128), pytest.approx(255 / 256), False)
+    many_off = theirs.copy()
+    many_off[:5] += 1  # 98% identical
+    assert not output_agreement(many_off, theirs)[2]
+    assert output_agreement(np.ones(4, np.float32), np.ones(4, np.float32) * (1 + 1e-3))[1:] == (None, False)
+    line = BaselineResult("litert", "2", 1.0, 2.0, max_rel_diff=rel, outputs_match=match, identical=identical).line()
+    assert line.endswith("99.6% of outputs identical, the rest within one quantum"), line
+    same = BaselineResult("litert", "2", 1.0, 2.0, max_rel_diff=0.0, outputs_match=True, identical=1.0).line()
+    assert same.endswith("2.00x slower; all outputs identical"), same
+
+
 def test_a_rewritten_model_so_is_timed_as_it_is_now(tmp_path) -> None:
     """A process that compared a tune's model.so, then resumed the tune, compares the new model.so: the dynamic
     loader hands back the library already loaded under a path, so the comparison loads a copy of its own."""

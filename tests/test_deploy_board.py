@@ -198,6 +198,7 @@ def test_arm64_board_runs_the_cross_compiled_deployment(arm64_sshd, tmp_path: Pa
         result = site.cli("deploy", "--board", "arm", str(concat_run), "--repeat", "1", "--warmup", "1", timeout=1800)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "RPC verification ok on arm" in result.stdout
+        _int8_models_match_numpy_on_the_board(site, tmp_path)
         # run.py by hand on the board, over SSH, through the `current` link
         from edgetune.provision.inventory import load_inventory
         from edgetune.provision.ssh import BoardConnection
@@ -214,3 +215,34 @@ def test_arm64_board_runs_the_cross_compiled_deployment(arm64_sshd, tmp_path: Pa
         np.testing.assert_allclose(got, reference, rtol=1e-3, atol=1e-3)
     finally:
         site.teardown()
+
+
+def _int8_models_match_numpy_on_the_board(site: Site, tmp_path: Path) -> None:
+    """Issue 54, point 3: the hand-built int8 model (tests/int8_models.py), its int8 kernels tensorized with ``sdot``
+    for the rpi5 profile (``+dotprod``) and with plain NEON for the rpi4 one, cross-compiled here, runs on the
+    emulated board through its RPC server and computes numpy's integer arithmetic exactly. Emulated: never timed."""
+    from edgetune.artifact.compile import export_model, run_on_board
+    from edgetune.board.rpc_tracker import TrackerAddress
+    from edgetune.common.int8_isa import int8_instruction
+    from edgetune.profile import load_profile
+    from edgetune.provision.inventory import load_inventory
+    from int8_models import INPUT_SHAPE, make_layers, reference
+    from test_int8_intrin import scheduled_build
+
+    inventory = load_inventory(site.inventory)
+    entry = inventory.get("arm")
+    address = TrackerAddress("127.0.0.1", inventory.tracker.port, entry.rpc_key(load_profile(entry.profile)))
+    rng = np.random.default_rng(54)
+    inputs = [rng.integers(-128, 128, INPUT_SHAPE).astype("int8") for _ in range(2)]
+    for name, instruction in (("rpi5", "sdot"), ("rpi4", "neon")):
+        profile = load_profile(name)
+        assert int8_instruction(profile.tvm_target()) == instruction
+        executable, tasks, asm = scheduled_build(profile.tvm_target().export())
+        assert len(tasks) == 3 and ("sdot" in asm) == (instruction == "sdot"), (name, tasks)
+        artifact = export_model(executable, tmp_path / f"int8-{name}.so", profile)
+        assert int.from_bytes(artifact.read_bytes()[18:20], "little") == 183  # EM_AARCH64
+        for x in inputs:
+            [out] = run_on_board(address, "cpu", artifact, [x], number=1, repeat=1).outputs
+            expected = reference(x, make_layers(), -3)
+            assert out.dtype == np.int8 and len(np.unique(expected)) > 10  # not saturated: equality says something
+            np.testing.assert_array_equal(out, expected, err_msg=f"{name} ({instruction}) on the emulated board")

@@ -9,6 +9,8 @@ equal numpy's integer arithmetic.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tvm
@@ -118,3 +120,36 @@ def test_a_neon_profile_uses_neon_integer_ops_and_no_sdot() -> None:
     _executable, _names, asm = scheduled_build(A72)
     assert "sdot" not in asm
     assert "smull" in asm and ("saddlp" in asm or "sadalp" in asm or "addp" in asm)
+
+
+def test_the_pipelines_contexts_get_the_int8_space_and_keep_their_task_logs(tmp_path) -> None:
+    """What ``make_contexts`` does: MetaSchedule's contexts, then :func:`with_int8_spaces`. Only int8 tasks get the
+    intrinsic's space, each still logging to its own file under the run's build logs (a TuneContext keeps no
+    logger: it is found again by the name MetaSchedule gave it)."""
+    import logging
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
+    from edgetune.search.int8_space import _task_logger, is_int8_workload, with_int8_spaces
+    from edgetune.tasks.int8 import int8_kernels
+
+    target = tvm.target.Target(A76)
+    load_tensor_intrinsics(target)  # as the pipeline does: not all of TVM's families (40 s)
+    mod, _detail = int8_kernels(make_model(make_layers(), 0), target)
+    extracted = list(ms.relax_integration.extract_tasks(mod, target))
+    contexts, _weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        extracted, work_dir=str(tmp_path), strategy="evolutionary", num_threads=1, seed=1)
+    swapped = with_int8_spaces(list(contexts), "evolutionary")
+    int8 = [i for i, c in enumerate(contexts) if is_int8_workload(c.mod)]
+    assert len(int8) == 3 and len(swapped) == len(contexts)
+    for i, (before, after) in enumerate(zip(contexts, swapped)):
+        assert (after is before) == (i not in int8)
+        assert str(after.task_name) == str(before.task_name)
+    rules = [type(r).__name__ for r in swapped[int8[0]].space_generator.sch_rules]
+    assert "MultiLevelTilingWithIntrin" in rules, rules
+    index = int8[0]
+    logger = _task_logger(index, len(contexts), str(contexts[index].task_name))
+    files = [Path(h.baseFilename) for h in logger.handlers if isinstance(h, logging.FileHandler)]
+    assert files and files[0].parent == tmp_path / "logs" and files[0].name.endswith(f"_{contexts[index].task_name}.log")
+    assert _task_logger(index, len(contexts), "no_such_task") is None  # MetaSchedule's default logger then

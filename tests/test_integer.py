@@ -10,6 +10,7 @@ in tests/data/tflite/ were written by ``benchmarks/make_tflite_fixtures.py``.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -241,26 +242,57 @@ def test_the_profile_switch_turns_the_pass_off(tmp_path: Path) -> None:
     _target, off = TuningPipeline(TuneOptions(profile=off_profile, model=model, out_dir=tmp_path)).check_inputs()
     assert integer_entry(on).status == "applied"
     assert "integer" not in [p.name for p in off.graph.passes]
-    assert 'out_dtype="int32"' in on.mod.script() and 'out_dtype="int32"' not in off.mod.script()
+    # on: int8 operands summed in int32 (a conv2d with out_dtype int32, or where the target has a dot-product
+    # instruction the int8-kernels pass's compute), no dequantize left; off: the float form as imported
+    on_script, off_script = on.mod.script(), off.mod.script()
+    assert ('out_dtype="int32"' in on_script or "conv2d_int8" in on_script) and "R.dequantize" not in on_script
+    assert 'out_dtype="int32"' not in off_script and "conv2d_int8" not in off_script and "dequantize" in off_script
+
+
+def _host_has(*flags: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            present = {flag for line in f if line.startswith("flags") for flag in line.split()}
+    except OSError:
+        return False
+    return set(flags) <= present
 
 
 @pytest.mark.integration
-def test_an_int8_model_tunes_end_to_end_and_its_artifact_matches_litert(tmp_path: Path, loopback_board) -> None:
-    """``edgetune tune`` on the KWS-class CNN: the summary says what is integer, the inventory's int8 kernels, and the
-    delivered model.so computes LiteRT's outputs."""
+@pytest.mark.skipif(not _host_has("avx512_vnni", "avx512bw"), reason="this host's CPU has no AVX-512 VNNI")
+def test_an_int8_model_tunes_end_to_end_with_vnni_and_its_artifact_matches_litert(tmp_path: Path, loopback_board) -> None:
+    """``run_tune`` (the product's pipeline: builds beside the search, library, defaults, untuned and tuned builds)
+    on the KWS-class CNN, its int8 kernels searched a few trials each: the summary says what is integer and the
+    instruction, the delivered model.so holds VNNI's ``vpdpbusd`` (the untuned int8 code has none: a tune whose int8
+    kernels went back to float, or lost tensorization, fails here) and computes LiteRT's outputs."""
+    from conftest import require_tool
     from edgetune.board.base import TrackerBoard
     from edgetune.profile import load_profile
     from edgetune.tuning import TuneOptions, run_tune
+    from edgetune.tuning.pipeline import TuningPipeline
 
+    objdump = require_tool("objdump", "binutils")
     path = DATA / "kws_int8.tflite"
-    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key})
-    summary = run_tune(TuneOptions(profile=profile, model=str(path), out_dir=tmp_path, trials=2,
-                                   board=TrackerBoard(loopback_board)))
-    assert summary.end_to_end.outputs_match
+    profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"max_trials_per_task": 3})
+    options = TuneOptions(profile=profile, model=str(path), out_dir=tmp_path, trials=15, board=TrackerBoard(loopback_board))
+    # the int8 kernels (edgetune.tasks.int8 names them conv2d_int8/dense_int8): the tasks the instruction serves
+    pipeline = TuningPipeline(options)
+    int8_tasks = [t.task_name for t in pipeline.extract_tasks(*pipeline.check_inputs()) if "_int8" in t.task_name]
+    assert int8_tasks, "no int8 kernel among the tasks"
+    options.task_names = int8_tasks
+    summary = run_tune(options)
+    assert summary.int8_instruction == "avx512-vnni"
+    assert summary.end_to_end.outputs_match and summary.end_to_end.delivered == "tuned", summary.end_to_end
     (entry,) = [p for p in summary.graph["passes"] if p["name"] == "integer"]
     assert entry["status"] == "applied" and entry["detail"] == "4 convolutions, 1 depthwise, 2 dense in int8", entry
-    kernels = summary.graph["kernels"]["kernels"]
-    assert sum(k["precision"] == "int8" for k in kernels) == 7, kernels
+    (kernels_pass,) = [p for p in summary.graph["passes"] if p["name"] == "int8-kernels"]
+    assert kernels_pass["detail"].startswith(f"{len(int8_tasks)} int8 kernels for avx512-vnni"), kernels_pass
+    kernels = summary.graph["kernels"]["kernels"]  # of the tasks tuned
+    assert sorted(k["name"] for k in kernels if k["precision"] == "int8") == sorted(int8_tasks), kernels
+    searched = {t.name: t.trials_this_run for t in summary.tasks}
+    assert all(searched[name] >= 2 for name in int8_tasks), searched  # the default and at least one search trial
+    code = subprocess.run([objdump, "-d", str(summary.artifact)], capture_output=True, text=True, check=True).stdout
+    assert code.count("vpdpbusd") >= len(int8_tasks), code.count("vpdpbusd")
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(summary.artifact)), tvm.cpu())
     inputs = quantized_inputs(path, 4)
     assert_matches([vm["main"](tvm.runtime.tensor(x)).numpy() for x in inputs], [litert(path, x) for x in inputs],
@@ -291,5 +323,7 @@ def test_deploy_builds_the_graph_its_history_was_tuned_in(tmp_path: Path, monkey
                          target)
         source_from_model(str(path), "host", db, tmp_path / name)
     integer_script, float_script = compiled
-    assert 'out_dtype="int32"' in integer_script and "R.dequantize" not in integer_script
-    assert 'out_dtype="int32"' not in float_script
+    # int8 operands summed in int32: a conv2d with out_dtype int32, or the int8-kernels pass's compute (a VNNI host)
+    assert ('out_dtype="int32"' in integer_script or "conv2d_int8" in integer_script)
+    assert "R.dequantize" not in integer_script
+    assert 'out_dtype="int32"' not in float_script and "conv2d_int8" not in float_script

@@ -19,11 +19,17 @@ of an int8 compute whose innermost loops are the instruction's tile
   by +128 as uint8 and ``-128 * sum(w)`` per output channel is folded into the
   int32 bias that follows (or added where none does).
 
+Input channels (a dense layer's ``K``) that are not a multiple of 4 (an RGB
+stem, Keras MobileNets at width multipliers such as 0.2: 3, 25, 51 channels)
+are zero-padded to one: the weights here, the activation by a ``pad`` that
+``FuseOps`` fuses into its producer. A zero weight makes the padded lanes add
+nothing, whatever the activation holds there.
+
 Left as they were (plain int8 schedules, and said in the pass's detail): grouped
 and depthwise convolutions (a depthwise conv has one input channel per group:
 no 4-channel dot product), implicit padding (the canonical form pads
-explicitly, with the zero point), input channels not a multiple of 4, and
-non-constant weights. A target with no instruction (``none``) keeps them all.
+explicitly, with the zero point), and non-constant weights. A target with no
+instruction (``none``) keeps them all.
 """
 
 from __future__ import annotations
@@ -105,6 +111,14 @@ def _dense_compute(x: te.Tensor, w: te.Tensor) -> te.Tensor:
     )
 
 
+def _to_quads(weight: np.ndarray) -> np.ndarray:
+    """``[..., I]`` weights with ``I`` zero-padded to a multiple of 4: the padded lanes multiply to nothing."""
+    extra = -weight.shape[-1] % 4
+    if not extra:
+        return weight
+    return np.concatenate([weight, np.zeros((*weight.shape[:-1], extra), weight.dtype)], axis=-1)
+
+
 def _pack(weight: np.ndarray, lanes: int) -> tuple[np.ndarray, int]:
     """``[..., O, I]`` weights -> ``[..., O/L, I/4, L, 4]``, output channels zero-padded to whole tiles."""
     *lead, out_ch, in_ch = weight.shape
@@ -156,11 +170,9 @@ class _Int8Kernels(relax.PyExprMutator):
         if any(int(p) for p in attrs.padding):
             return self._leave("implicit padding")
         hwoi = weight.value.numpy().transpose(_KERNEL_TO_HWOI[layouts])
-        if hwoi.shape[3] % 4:
-            return self._leave("input channels not a multiple of 4")
-        packed, padded = _pack(hwoi, self.lanes)
+        packed, padded = _pack(_to_quads(hwoi), self.lanes)
         x = data if layouts[0] == "NHWC" else self.builder_.emit(relax.op.permute_dims(data, [0, 2, 3, 1]))
-        x = self._activations(x)
+        x = self._activations(self._quads(x, hwoi.shape[3]))
         out_hw = (out_shape[1], out_shape[2]) if layouts[0] == "NHWC" else (out_shape[2], out_shape[3])
         blocked = self.builder_.emit(self.builder_.call_te(
             _conv_compute, x, relax.const(packed), tuple(int(s) for s in attrs.strides),
@@ -177,15 +189,23 @@ class _Int8Kernels(relax.PyExprMutator):
         data_shape = _shape(data)
         if not isinstance(weight, Constant) or _dtype(weight) != "int8" or weight.value.numpy().ndim != 2:
             return self._leave("dense weights not 2-D int8 constants")
-        if data_shape is None or len(data_shape) != 2 or data_shape[1] % 4:
-            return self._leave("dense data not [M, K] with K a multiple of 4")
+        if data_shape is None or len(data_shape) != 2:
+            return self._leave("dense data not [M, K]")
         nk = weight.value.numpy().T  # [N, K]
-        packed, padded = _pack(nk, self.lanes)
-        x = self._activations(data)
+        packed, padded = _pack(_to_quads(nk), self.lanes)
+        x = self._activations(self._quads(data, nk.shape[1]))
         blocked = self.builder_.emit(self.builder_.call_te(
             _dense_compute, x, relax.const(packed), primfunc_name_hint="dense_int8"))
         y = self._unblock(blocked, [data_shape[0], padded], nk.shape[0], axis=1)
         return self._compensated(y, nk.astype(np.int64).sum(axis=1))
+
+    def _quads(self, x: relax.Expr, channels: int) -> relax.Expr:
+        """``x`` (channels last) with its channels zero-padded to a multiple of 4, as :func:`_to_quads` pads weights."""
+        extra = -channels % 4
+        if not extra:
+            return x
+        rank = len(_shape(x) or ())
+        return self.builder_.emit(relax.op.nn.pad(x, [0, 0] * (rank - 1) + [0, extra]))
 
     def _activations(self, x: relax.Expr) -> relax.Expr:
         """int8 activations as the instruction multiplies them: uint8 ``x + 128`` for VNNI (wrapping), else as they are."""

@@ -31,6 +31,17 @@ def matmul_mod(n: int = 64) -> tvm.IRModule:
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
+@pytest.fixture(autouse=True)
+def fresh_builds():
+    """Each test builds for itself: the process keeps every module it built (builder.builds.BUILT), so a
+    candidate an earlier test built would be reused, never timed out or counted as built."""
+    from edgetune.builder.builds import BUILT
+
+    BUILT.clear()
+    yield
+    BUILT.clear()
+
+
 @pytest.fixture(scope="module")
 def candidates():
     """Real MetaSchedule candidates for a 64x64 matmul on the host target."""

@@ -46,6 +46,10 @@ class Headline:
     sources: tuple[Source, ...]  # oldest first: the summary reports the newest one holding rows at `per_task`
     per_task: int | None = None  # trials per task the figure is read at (None: every row)
     reproduce: str = ""  # only for a headline with no rows yet; otherwise read from the section
+    #: what the figure is: "ratio" (edgetune / baseline), "untuned" (the delivered model over its untuned build,
+    #: the worst row), "host" (host seconds per measured trial)
+    measure: str = "ratio"
+    only: str = ""  # a regular expression the rows' model must match (one rows file, two headlines)
 
 
 def _lib(name: str) -> Source:
@@ -67,6 +71,12 @@ HEADLINES: tuple[Headline, ...] = (
              "at most 1.3x ONNX Runtime's latency (issue 26)", _SCRATCH, 32),
     Headline("vs LiteRT, a .tflite model, 32 trials per task", "edgetune / LiteRT (issue 29; below 1: edgetune faster)",
              (Source("vs_litert_rows.json", "vs_onnxruntime_litert"),), 32),
+    Headline("int8 models (full-integer .tflite) vs LiteRT's int8 kernels, 8 trials per task",
+             "geometric mean <= 1.0x LiteRT int8, none above 1.2x (issue 54)",
+             (Source("int8_vs_litert_rows.json", "int8_vs_litert"),), 8, only="int8"),
+    Headline("Keras float models (.tflite) vs LiteRT, 8 trials per task",
+             "geometric mean <= 0.9x LiteRT, none above 1.2x (issue 53)",
+             (Source("int8_vs_litert_rows.json", "int8_vs_litert"),), 8, only=r"^(?!.*int8)"),
     Headline("the zoo, schedule library, 2 trials per task", _ZOO_GOAL, _ZOO_2, 2),
     Headline("the zoo, schedule library, 1 trial per task", _ZOO_GOAL, _ZOO_1, 1),
     Headline("outside the zoo, 1 trial per task", _OUTSIDE_GOAL, _OUTSIDE, 1),
@@ -75,6 +85,13 @@ HEADLINES: tuple[Headline, ...] = (
     Headline("real exports in the zoo (torchvision through torch.onnx.export), schedule library, 2 trials per task",
              "geometric mean <= 0.9x ONNX Runtime's latency, none above 1.1x (issue 52)",
              (Source("real_exports_library_rows.json", "real_exports_library"),), 2),
+    Headline("never worse: the delivered model against its untuned build, schedule library, 1 trial per task",
+             "at most 1.0x the untuned build of the same model on every row (the untuned floor)", _ZOO_1, 1,
+             measure="untuned"),
+    Headline("host time per measured trial, 8 trials per task and more",
+             "at most 0.2 host seconds per measured trial at 32 trials per task (issue 55)",
+             (Source("host_time_rows.json", "host_time_feature_cache"),
+              Source("host_time_overlap_rows.json", "host_time_overlap")), measure="host"),
     Headline("host time: reading the library and the history",
              "host seconds a tune spends before and around its first batches (`benchmarks/host_cost.py`)",
              (Source("host_cost_rows.json", "host_cost_history_reads"),),
@@ -84,12 +101,20 @@ HEADLINES: tuple[Headline, ...] = (
 
 # --------------------------------------------------------------------------- reading
 
-def load_rows(source: Source, per_task: int | None) -> list[dict]:
+#: the row key each measure needs
+MEASURED = {"ratio": "ratio", "untuned": "untuned_ms", "host": "host_s_per_trial"}
+
+
+def load_rows(source: Source, per_task: int | None, measure: str = "ratio", only: str = "") -> list[dict]:
     """The rows of one run at ``per_task``, of its last configuration (side-by-side runs list the old one first)."""
     path = HERE / source.rows
     if not path.is_file():
         return []
-    rows = [r for r in json.loads(path.read_text()) if "ratio" in r]
+    rows = [r for r in json.loads(path.read_text()) if r.get(MEASURED[measure])]
+    if only:
+        rows = [r for r in rows if re.search(only, str(r.get("model")))]
+    if measure == "host":  # the product's defaults, not the variants compared against them
+        rows = [r for r in rows if str(r.get("feature_cache", "on")) != "off" and str(r.get("overlap", "on")) != "off"]
     if per_task is not None:
         rows = [r for r in rows if r.get("per_task") == per_task]
     if not rows:
@@ -99,8 +124,10 @@ def load_rows(source: Source, per_task: int | None) -> list[dict]:
 
 
 def _config(row: dict) -> tuple:
-    return tuple(str(row.get(k)) for k in ("variant", "schedules", "graph", "conv_layout", "cache_flush",
-                                           "prepack_weights"))
+    # real_models.py's rows carry the graph report's first line (a list) there, not the setting: not a configuration
+    return tuple(str(row.get(k)) if k != "graph" or isinstance(row.get(k), str) else ""
+                 for k in ("variant", "schedules", "graph", "conv_layout", "cache_flush", "prepack_weights",
+                           "feature_cache", "overlap", "board"))
 
 
 def topic_sections() -> dict[str, tuple[Path, str]]:
@@ -153,9 +180,32 @@ def figure(rows: list[dict]) -> str:
     return f"**{geomean:.2f}x** geomean of {len(medians)} models; worst {medians[worst]:.2f}x ({worst})"
 
 
+def untuned_figure(rows: list[dict]) -> str:
+    """The worst row's delivered latency over its untuned build's (the floor: never above 1)."""
+    ratios = {f"{r['model']} seed {r['seed']}": (r.get("tuned_ms_on_board") or r["tvm_ms"]) / r["untuned_ms"]
+              for r in rows if r.get("tuned_ms_on_board") or r.get("tvm_ms")}
+    worst = max(ratios, key=ratios.__getitem__)
+    return f"**{ratios[worst]:.2f}x** at worst over {len(ratios)} rows ({worst})"
+
+
+def host_figure(rows: list[dict]) -> str:
+    """Per model and trials per task: the median host seconds per measured trial over seeds; the best and worst."""
+    per: dict[tuple[str, int], list[float]] = {}
+    for row in rows:
+        per.setdefault((str(row["model"]).removeprefix("demo:"), row["per_task"]), []).append(row["host_s_per_trial"])
+    medians = {f"{model} at {per_task}/task": statistics.median(v) for (model, per_task), v in per.items()}
+    low, high = min(medians, key=medians.__getitem__), max(medians, key=medians.__getitem__)
+    if low == high:
+        return f"**{medians[low]:.2f} s** ({low})"
+    return f"**{medians[low]:.2f}-{medians[high]:.2f} s** ({low} to {high})"
+
+
+FIGURES = {"ratio": figure, "untuned": untuned_figure, "host": host_figure}
+
+
 def headline_row(headline: Headline, sections: dict[str, tuple[Path, str]]) -> str:
     for source in reversed(headline.sources):
-        rows = load_rows(source, headline.per_task)
+        rows = load_rows(source, headline.per_task, headline.measure, headline.only)
         if rows:
             break
     else:
@@ -167,7 +217,7 @@ def headline_row(headline: Headline, sections: dict[str, tuple[Path, str]]) -> s
     date, host, command = section_facts(text, rows)
     seeds = ", ".join(str(s) for s in sorted({r["seed"] for r in rows}))
     where = f"[{source.mark}]({path.relative_to(HERE).as_posix()})" if path else f"`{source.mark}`"
-    value = f"{figure(rows)}; rows `benchmarks/{source.rows}`, section {where}"
+    value = f"{FIGURES[headline.measure](rows)}; rows `benchmarks/{source.rows}`, section {where}"
     return f"| {headline.name} | {headline.goal} | {value} | {date} | {host} | {seeds} | `{command}` |"
 
 

@@ -138,8 +138,16 @@ def test_the_pipelines_contexts_get_the_int8_space_and_keep_their_task_logs(tmp_
     load_tensor_intrinsics(target)  # as the pipeline does: not all of TVM's families (40 s)
     mod, _detail = int8_kernels(make_model(make_layers(), 0), target)
     extracted = list(ms.relax_integration.extract_tasks(mod, target))
-    contexts, _weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        extracted, work_dir=str(tmp_path), strategy="evolutionary", num_threads=1, seed=1)
+    from edgetune.tuning.session import unnamed_handlers_aside
+
+    unnamed = logging.NullHandler()  # as pytest's capture in a full run: a handler without a name
+    logging.getLogger("tvm.s_tir.meta_schedule").addHandler(unnamed)
+    try:
+        with unnamed_handlers_aside():  # as make_contexts does
+            contexts, _weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                extracted, work_dir=str(tmp_path), strategy="evolutionary", num_threads=1, seed=1)
+    finally:
+        logging.getLogger("tvm.s_tir.meta_schedule").removeHandler(unnamed)
     swapped = with_int8_spaces(list(contexts), "evolutionary")
     int8 = [i for i, c in enumerate(contexts) if is_int8_workload(c.mod)]
     assert len(int8) == 3 and len(swapped) == len(contexts)

@@ -8,13 +8,14 @@ builder, the runner, the claims on a shared history and the measure callback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import tvm.s_tir.meta_schedule as ms
@@ -141,13 +142,7 @@ def make_contexts(
     run: RunSettings, extracted: tuple[ExtractedTask, ...], strategy: SearchStrategy,
 ) -> tuple[list[TuneContext], list[float]]:
     """MetaSchedule's TuneContexts of the plan's tasks, searched by ``strategy``, and their weights."""
-    # MetaSchedule's per-task logger config names every handler of its logger: one without a
-    # name (pytest's capture, a notebook's) makes it raise, so those sit out while it runs
-    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    unnamed = [h for h in ms_logger.handlers if h.get_name() is None]
-    for handler in unnamed:
-        ms_logger.removeHandler(handler)
-    try:
+    with unnamed_handlers_aside():
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             list(extracted),
             work_dir=str(RunDir(run.options.out_dir).build_logs),
@@ -155,10 +150,22 @@ def make_contexts(
             num_threads=os.cpu_count() or 1,
             seed=run.profile.tuning.seed,
         )
+    return with_int8_spaces(list(contexts), strategy), [float(w) for w in weights]
+
+
+@contextlib.contextmanager
+def unnamed_handlers_aside() -> Iterator[None]:
+    """MetaSchedule's per-task logger config names every handler of its logger: one without a name (pytest's
+    capture, a notebook's) makes it raise, so those sit out while the contexts are made."""
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    unnamed = [h for h in ms_logger.handlers if h.get_name() is None]
+    for handler in unnamed:
+        ms_logger.removeHandler(handler)
+    try:
+        yield
     finally:
         for handler in unnamed:
             ms_logger.addHandler(handler)
-    return with_int8_spaces(list(contexts), strategy), [float(w) for w in weights]
 
 
 def make_task_scheduler(run: RunSettings, awaits: bool) -> TaskScheduler:

@@ -85,19 +85,19 @@ def slow_board(seconds_per_candidate: float) -> Any:
 
 
 def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace, overlap: str = "on",
-            board: Any = None) -> dict[str, Any]:
+            board: Any = None, effort: str = "returns") -> dict[str, Any]:
     """One tune; ``board``: a TrackerBoard (``--board tracker``), None for the embedded board."""
     from edgetune.costmodel.surrogate import RandomForestModel
     from edgetune.profile import load_profile
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
     from edgetune.tuning.pipeline import Components
 
-    overrides: dict[str, Any] = {"tuning": {"seed": seed, "schedules": args.schedules}}
+    overrides: dict[str, Any] = {"tuning": {"seed": seed, "schedules": args.schedules, "search_effort": effort}}
     if board is not None:
         overrides["rpc"] = {"key": board.address.key}
     profile = load_profile(args.profile).with_overrides(**overrides)
     out_dir = args.out / (f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
-                          f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}")
+                          f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}")
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out_dir))
     n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
     components = Components(
@@ -113,24 +113,25 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     host = summary.host_time or {}
     measured = host.get("measured_trials") or 0
     return {
-        "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "overlap": overlap,
+        "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "overlap": overlap, "effort": effort,
         "board": args.board, "board_sleep": args.board_sleep, "tasks": n_tasks,
         "wall_s": wall, "tuning_wall_s": summary.seconds.tuning_wall, "device_s": summary.seconds.device,
         "measured": measured, "host_time": host,
         "host_s_per_trial": (summary.seconds.tuning_wall - summary.seconds.device) / measured if measured else None,
         "kernels_ms": summary.kernels_ms(), "load_before": load_before, "load_after": os.getloadavg()[0],
+        "search_effort": summary.search.effort if summary.search is not None else None,
     }
 
 
 def _variant(row: dict[str, Any]) -> tuple[Any, ...]:
     """What a row compares (rows written before the overlap existed ran it off, on the embedded board)."""
     return (row["model"], row["per_task"], row["feature_cache"], row.get("overlap", "off"), row.get("board", "embedded"),
-            row.get("board_sleep", 0.0))
+            row.get("board_sleep", 0.0), row.get("effort", "fixed"))
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | board | other | kernels ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | board | other | kernels ms (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted({_variant(r) for r in rows}):
         group = [r for r in rows if _variant(r) == key and r["host_s_per_trial"]]
         if not group:
@@ -143,7 +144,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
         kernels = [r["kernels_ms"] for r in group if r["kernels_ms"]]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {len(group)} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {len(group)} | "
             f"{statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
             + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "board", "other"))
             + f" | {statistics.median(kernels):.3f} |" if kernels else " | - |"
@@ -183,6 +184,8 @@ def main() -> int:
     parser.add_argument("--board", choices=BOARDS, default="embedded",
                         help="the embedded board, or a loopback tracker tuned through as --tracker does")
     parser.add_argument("--board-sleep", type=float, default=0.0, help="seconds added per measured candidate")
+    parser.add_argument("--effort", nargs="+", choices=("returns", "fixed"), default=["returns"],
+                        help="tuning.search_effort: sized by returns (the product's default) or fixed")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))
@@ -195,16 +198,16 @@ def main() -> int:
         # a first tune in a process pays its imports and thread pools: a throwaway one, so that no row does
         warm = argparse.Namespace(**{**vars(args), "out": args.out / "warm-up"})
         run_row(args.models[0], 1, 0, "on", warm, board=board)
-        variants = [(cache, overlap) for cache in args.cache for overlap in args.overlap]
+        variants = [(cache, overlap, effort) for cache in args.cache for overlap in args.overlap for effort in args.effort]
         for index, seed in enumerate(args.seeds):
             for model in args.models:
                 # side by side: the same seed's rows one after the other, the order alternating with the seed
-                for cache, overlap in variants if index % 2 == 0 else variants[::-1]:
-                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, seed)
+                for cache, overlap, effort in variants if index % 2 == 0 else variants[::-1]:
+                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, seed)
                     if key in done:
                         continue
                     time.sleep(2.0)
-                    row = run_row(model, args.per_task, seed, cache, args, overlap, board)
+                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort)
                     rows.append(row)
                     rows_path.parent.mkdir(parents=True, exist_ok=True)
                     rows_path.write_text(json.dumps(rows, indent=1))

@@ -24,10 +24,12 @@ task and a random sample of the others, ``max_train_samples`` in all.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from tvm.ir.utils import derived_object
@@ -87,7 +89,8 @@ class CandidateFeatures:
         self.misses = 0
         self.seconds = 0.0
 
-    def __call__(self, context: Any, candidates: list[Any]) -> np.ndarray:
+    def __call__(self, context: Any, candidates: list[Any], hashes: list[int] | None = None) -> np.ndarray:
+        """Feature rows of ``candidates``; ``hashes``, when given, receives each one's structural hash."""
         import time
 
         import tvm_ffi
@@ -97,6 +100,8 @@ class CandidateFeatures:
         if target is None:
             target = self._targets[id(context)] = str(context.target)
         keys = [(target, int(tvm_ffi.structural_hash(c.sch.mod))) for c in candidates]
+        if hashes is not None:
+            hashes.extend(key for _, key in keys)
         missing = [i for i, key in enumerate(keys) if key not in self._rows]
         if len(self._rows) + len(missing) > self.max_rows:  # full (or no cache): start over, this batch computed whole
             self._rows.clear()
@@ -190,6 +195,7 @@ class RandomForestModel(PyCostModel):
         self.rng_ = np.random.default_rng(seed)
         self._features = CandidateFeatures(max_rows=feature_cache_rows)  # 0: every row computed again (benchmarks)
         self.seconds_ = {"predict": 0.0, "update": 0.0}  # host time in MetaSchedule's calls, features included
+        self._observers = threading.local()  # see observing()
 
     @staticmethod
     def _group_key(context: Any) -> str:
@@ -236,12 +242,31 @@ class RandomForestModel(PyCostModel):
             self.seconds_["predict"] += time.perf_counter() - started
 
     def _predict(self, context: Any, candidates: list[Any]) -> np.ndarray:
-        mu, sigma = self.predict_mean_std(context, candidates)
+        calls = getattr(self._observers, "calls", None)
+        hashes: list[int] | None = [] if calls is not None else None
+        mu, sigma = self._mean_std(context, candidates, hashes)
         if mu is None:
             return self.rng_.uniform(size=len(candidates)).astype("float64")
-        if self.score == "mean":
-            return mu
-        return expected_improvement(mu, sigma, best=1.0)
+        scores = mu if self.score == "mean" else expected_improvement(mu, sigma, best=1.0)
+        if calls is not None:  # the predicted throughput (1.0: the task's best measured), whatever ranks them
+            calls.append((hashes, np.asarray(mu, dtype=float)))
+        return scores
+
+    @contextlib.contextmanager
+    def observing(self) -> Iterator[list[tuple[list[int], np.ndarray]]]:
+        """Within the block, this thread's ``predict`` calls, in order: (structural hashes, predicted throughputs) each.
+
+        The evolutionary search predicts its whole population once per iteration, so the calls made while it
+        proposes one batch are its iterations (:mod:`edgetune.search.effort` reads their returns). Calls made
+        before the forest ranks anything (random warm-up scores) are not recorded.
+        """
+        calls: list[tuple[list[int], np.ndarray]] = []
+        outer = getattr(self._observers, "calls", None)
+        self._observers.calls = calls
+        try:
+            yield calls
+        finally:
+            self._observers.calls = outer
 
     # -- edgetune API ------------------------------------------------------------
     @property
@@ -250,9 +275,12 @@ class RandomForestModel(PyCostModel):
 
     def predict_mean_std(self, context: Any, candidates: list[Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Mean and standard deviation of the normalised throughput (None before warm-up)."""
+        return self._mean_std(context, candidates, None)
+
+    def _mean_std(self, context: Any, candidates: list[Any], hashes: list[int] | None) -> tuple[np.ndarray | None, np.ndarray | None]:
         if not candidates or self.num_samples_ < self.num_warmup_samples:
             return None, None
-        return self.predict_rows(self._group_key(context), self._features(context, candidates))
+        return self.predict_rows(self._group_key(context), self._features(context, candidates, hashes))
 
     def add_measured(self, task: str, rows: np.ndarray, costs: list[float]) -> None:
         """Record measured candidates of ``task``: feature rows and seconds (failures at the failure stub)."""

@@ -288,6 +288,14 @@ class TuningSettings:
     meta_handoff_samples: int = declare(_integer(0), 0)
     search_strategy: str = declare(_string(SEARCH_STRATEGIES), "evolutionary")
     population_size: int = declare(_integer(0), 0)
+    # the evolutionary search's population and iterations per round (edgetune/search/effort.py): "returns" sizes them
+    # per task class from the predicted improvement each bought; "fixed": population_size and MetaSchedule's 4 iterations
+    search_effort: str = declare(
+        _string(("returns", "fixed")), "returns",
+        flag="size each round's evolutionary search (population, iterations) per task class from what its earlier "
+        "rounds returned (returns, the default) or keep population_size and MetaSchedule's 4 iterations (fixed)",
+    )
+    search_min_return: float = declare(_number(at_least=0), 0.02)
     task_scheduler: str = declare(_string(TASK_SCHEDULERS), "gradient")
     seed: int = declare(_integer(), 0)
     # measurement reduction (see edgetune/search/strategy.py)

@@ -40,6 +40,7 @@ is in :attr:`SearchReport.suggested`.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import zlib
@@ -56,6 +57,7 @@ from ..common.choices import SAMPLERS
 from ..common.failure import is_valid_secs
 from .default_schedule import is_untuned_copy
 from .early_stop import AdaptiveEarlyStop, EarlyStop, make_early_stop
+from .effort import Effort, EffortSizer, round_returns
 from .limits import TaskLimits
 from .sampling import KMeansSampler
 from ..costmodel.surrogate import CandidateFeatures, mean_std_or_none
@@ -104,8 +106,10 @@ class SearchReport:
     its last one is measured, and what was searched so (:class:`~edgetune.search.lookahead.Lookahead`; None: never).
     """
 
-    def __init__(self, lookahead: Any = None) -> None:
+    def __init__(self, lookahead: Any = None, effort: EffortSizer | None = None) -> None:
         self.lookahead = lookahead
+        #: each task class's evolutionary effort, sized by its returns (None: MetaSchedule's fixed effort)
+        self.effort = effort
         self._lock = threading.Lock()
         self.tasks: dict[str, TaskSearchReport] = {}
         #: per task name, the settings applied with ``suggested`` (see :meth:`AdaptiveSearch.pre_tuning`)
@@ -343,6 +347,9 @@ class AdaptiveSearch(PySearchStrategy):
         self._measured: set[int] = set()  # structural hashes of the programs this task measured
         self._ahead: Proposal | None = None  # the next batch, searched while the last one was measured
         self._in_flight = 0  # candidates of the batch handed out and not yet notified
+        self.task_class = ""  # the operator signature of the task's workload (what the effort is sized by)
+        self._inners: dict[Effort, Any] = {}  # one inner search per effort used (see edgetune.search.effort)
+        self._pre_tuning_args: tuple[Any, ...] = ()
 
     @property
     def contextual(self) -> bool:
@@ -378,21 +385,55 @@ class AdaptiveSearch(PySearchStrategy):
         self._make_components(early_stop_params, ratio)
 
     # -- MetaSchedule hooks -------------------------------------------------------
+    @property
+    def sizer(self) -> EffortSizer | None:
+        """The run's effort sizer, when this search can read its returns (it needs the random forest's scores)."""
+        effort = self.report.effort
+        return effort if effort is not None and hasattr(self.surrogate, "observing") else None
+
+    def _make_inner(self, effort: Effort | None) -> Any:
+        """MetaSchedule's evolutionary search at ``effort`` (None: the settings' population, MetaSchedule's depth)."""
+        settings = self.settings
+        population = effort.population if effort is not None else settings.population_size
+        extra = {"genetic_num_iters": effort.iterations} if effort is not None else {}
+        inner = ms.search_strategy.EvolutionarySearch(
+            population_size=population,
+            init_min_unmeasured=min(settings.init_min_unmeasured, population // 2) if effort is not None
+            else settings.init_min_unmeasured,
+            eps_greedy=0.0 if self.contextual else settings.eps_greedy,
+            **extra,
+        )
+        inner._initialize_with_tune_context(self.context)  # pylint: disable=protected-access
+        return inner
+
+    def _inner_for(self, effort: Effort | None) -> Any:
+        """The inner search of ``effort``, made and started at first use (None: the one made at initialisation)."""
+        if effort is None:
+            return self.inner
+        inner = self._inners.get(effort)
+        if inner is None:
+            inner = self._inners[effort] = self._make_inner(effort)
+            database, cost_model = self._pre_tuning_args
+            # an inner search hands out the best programs it has not handed out itself: the ones another effort's
+            # search handed out (measured since) can rank first, so it returns enough to fill a batch without them
+            returned = self.plan + math.ceil(0.2 * effort.population)  # MetaSchedule's init_measured_ratio
+            inner.pre_tuning(1 << 30, returned, self.design_spaces, database, cost_model)
+        return inner
+
     def _initialize_with_tune_context(self, context: Any) -> None:
         settings = self.settings
         self.context = context
-        self.inner = ms.search_strategy.EvolutionarySearch(
-            population_size=settings.population_size,
-            init_min_unmeasured=settings.init_min_unmeasured,
-            eps_greedy=0.0 if self.contextual else settings.eps_greedy,
-        )
-        self.inner._initialize_with_tune_context(context)  # pylint: disable=protected-access
+        self.inner = self._make_inner(None)
         name = str(context.task_name) if context.task_name else "task"
         # str hashes change between processes; crc32 keeps a seed's random candidates reproducible
         self.rng = np.random.default_rng([settings.seed, zlib.crc32(name.encode())])
         self._apply_suggested(context)
         if self.report.lookahead is not None:
             self.report.lookahead.register(name, self)
+        if self.sizer is not None:
+            from edgetune.tasks.signature import operator_signature
+
+            self.task_class = "+".join(operator_signature(context.mod))
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any, database: Any = None, cost_model: Any = None) -> None:
         self.plan = int(num_trials_per_iter)
@@ -400,8 +441,10 @@ class AdaptiveSearch(PySearchStrategy):
         self.design_spaces = list(design_spaces)
         self._measured = set()
         self._ahead = None
+        self._pre_tuning_args = (database, cost_model)
         # the inner search never ends a task by itself: this strategy does
-        self.inner.pre_tuning(1 << 30, num_trials_per_iter, design_spaces, database, cost_model)
+        if self.sizer is None:
+            self.inner.pre_tuning(1 << 30, num_trials_per_iter, design_spaces, database, cost_model)
         expected = self.expected_trials_per_task or int(max_trials)
         self.stopper.start(int(max_trials), self.plan, expected=expected)
         self._task = self.report.task(str(self.context.task_name))
@@ -421,7 +464,11 @@ class AdaptiveSearch(PySearchStrategy):
         if self.report.lookahead is not None and self._ahead is not None:
             self.report.lookahead.dropped += 1  # searched ahead for a task that ended first
         self._ahead = None
-        self.inner.post_tuning()
+        if self.sizer is None:
+            self.inner.post_tuning()
+        for inner in self._inners.values():
+            inner.post_tuning()
+        self._inners = {}
 
     def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
         started = time.perf_counter()
@@ -475,13 +522,14 @@ class AdaptiveSearch(PySearchStrategy):
 
     def _propose(self) -> Proposal | None:
         """The costly part of a batch: the evolutionary search, exploration and sampling (None: nothing left)."""
-        pool = self.inner.generate_measure_candidates()
+        pool = self._evolve()
         if pool is None:
             return None
         scratch = TaskSearchReport(str(self.context.task_name))  # counted into the task's report once handed out
         # the untuned code comes back from the database with postprocessing re-applied: it was measured
         # before the search (tuning.default_schedule), so a fresh sample takes its slot
-        batch = self._unmeasured(pool)
+        batch = self._unmeasured(pool)[: self.plan]
+        pool = pool[: self.plan] if len(pool) > self.plan else pool
         if len(batch) < len(pool):
             missing = len(pool) - len(batch)
             # small design spaces (a reshape) sample the same programs often: draw more than the slots
@@ -493,6 +541,18 @@ class AdaptiveSearch(PySearchStrategy):
             keep = self.sampler.select(self._features(self.context, batch))
             batch = [batch[i] for i in keep]
         return Proposal(list(pool), batch, scratch)
+
+    def _evolve(self) -> list[Any] | None:
+        """The inner evolutionary search's proposals, at the effort the task's class gets now (see :mod:`.effort`)."""
+        sizer = self.sizer
+        if sizer is None:
+            return self.inner.generate_measure_candidates()
+        effort = sizer.effort(self.task_class)
+        with self.surrogate.observing() as calls:
+            pool = self._inner_for(effort).generate_measure_candidates()
+        seed = int(self.rng.integers(1 << 30))
+        sizer.observe(self.task_class, effort, round_returns(calls, self._measured, self.plan, seed=seed))
+        return None if pool is None else list(pool)
 
     def search_ahead(self) -> list[Any] | None:
         """Propose the next batch now, while the last one is measured (:mod:`edgetune.search.lookahead`); its candidates.
@@ -546,7 +606,8 @@ class AdaptiveSearch(PySearchStrategy):
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
         self._in_flight = 0
         self._measured.update(structural_hash(c.sch.mod) for c in measure_candidates)
-        self.inner.notify_runner_results(measure_candidates, results)
+        for inner in self._inners.values() if self.sizer is not None else [self.inner]:
+            inner.notify_runner_results(measure_candidates, results)
         means = [float(np.mean([float(s) for s in r.run_secs])) for r in results if r.error_msg is None and r.run_secs]
         throughputs = [1.0 / m for m in means if is_valid_secs(m)]
         self.stopper.update(len(results), max(throughputs) if throughputs else None)

@@ -79,6 +79,7 @@ def summarize(run: RunSettings, plan: TaskPlan, session: TuneSession, outcome: T
             scheduler_decision_seconds=(
                 outcome.scheduler.decision_seconds_ if isinstance(outcome.scheduler, SLOT_SCHEDULERS) else None
             ),
+            effort=report.effort.to_dict() if report.effort is not None and report.effort.classes else None,
         ),
         measurement=measurement_summary(run.profile, session.runner, session.board),
         measurement_reduction={

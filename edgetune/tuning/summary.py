@@ -153,6 +153,9 @@ class SearchInfo:
     task_scheduler: str
     scheduler_awaits_measurements: bool | None  # True on a board that shares the host's CPU (see measure.awaiting)
     scheduler_decision_seconds: float | None = None  # edgetune's schedulers: time spent choosing tasks (None: stock)
+    # per task class, the evolutionary search's population and iterations as sized by their returns (search/effort.py;
+    # None: fixed, tuning.search_effort = "fixed" or a cost model without the forest's scores)
+    effort: dict[str, Any] | None = None
 
 
 @dataclass

@@ -1,0 +1,118 @@
+"""An evolutionary search sized by what it returns (issue 55, point 3): the rule, and a tune that follows it."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgetune.builder.builder import WarmBuilder
+from edgetune.search.effort import Effort, EffortSizer, RoundReturns, round_returns, top_mean
+from edgetune.search.strategy import AdaptiveSearch
+from test_search_ahead import _matmul, _options
+
+
+def test_an_iterations_return_is_the_rise_of_the_predicted_top_of_unmeasured_programs() -> None:
+    # iteration 0: programs 1..4 (program 1 measured before); iteration 1 finds 5, better than all; iteration 2 only
+    # repeats programs seen before, at the same predictions
+    calls = [
+        ([1, 2, 3, 4], np.array([0.9, 0.4, 0.2, 0.1])),
+        ([2, 5, 3, 3], np.array([0.4, 0.8, 0.2, 0.2])),
+        ([5, 2, 4, 1], np.array([0.8, 0.4, 0.1, 0.9])),
+    ]
+    returns = round_returns(calls, measured={1}, batch=2)
+    # top 2 of the unmeasured: (0.4 + 0.2) / 2 -> (0.8 + 0.4) / 2 -> unchanged; program 1's 0.9 never counts
+    assert returns.iterations == pytest.approx((1.0, 0.0))
+    assert returns.population is None  # 3 unmeasured programs in the sample: too few for halves of a batch of 2
+    assert round_returns([], measured=set(), batch=2) is None  # the cost model was warming up: nothing observed
+
+
+def test_a_populations_return_is_what_its_last_doubling_bought() -> None:
+    flat = [(list(range(64)), np.full(64, 0.5))]  # every sample predicted alike: half of it finds the same top
+    assert round_returns(flat, set(), batch=4).population == pytest.approx(0.0)
+    spread = [(list(range(64)), np.linspace(0.0, 1.0, 64))]  # one half misses some of the best: the whole sample gains
+    assert round_returns(spread, set(), batch=4, seed=3).population > 0.01
+    assert top_mean([0.1, 0.9, 0.5], 2) == pytest.approx(0.7) and top_mean([], 3) == 0.0
+
+
+def test_the_depth_stops_at_the_first_iteration_that_does_not_pay_and_grows_while_all_pay() -> None:
+    sizer = EffortSizer(64, min_return=0.02, smoothing=1.0)
+    start = sizer.effort("conv")
+    assert start == Effort(64, 4)  # MetaSchedule's depth, the batch's population
+    # the second iteration returned nothing: the next round runs it once more (to see if it pays again), no deeper
+    assert sizer.observe("conv", start, RoundReturns((0.3, 0.001, 0.0, 0.0), None)).iterations == 2
+    # every iteration measured pays: one deeper than measured
+    deeper = sizer.observe("dense", start, RoundReturns((0.3, 0.1, 0.05, 0.04), None))
+    assert deeper.iterations == 5
+    assert sizer.observe("dense", deeper, RoundReturns((0.3, 0.1, 0.05, 0.04, 0.03), None)).iterations == 6
+    # classes are apart; a round with nothing observed leaves its class as it was
+    assert sizer.effort("other") == start
+    assert sizer.observe("conv", Effort(64, 2), None).iterations == 2
+
+
+def test_the_population_halves_where_it_returns_little_and_stays_within_its_bounds() -> None:
+    sizer = EffortSizer(64, min_population=16, max_population=64, min_return=0.02, smoothing=1.0)
+    effort = sizer.effort("pool")
+    for expected in (32, 16, 16):  # a doubling that bought nothing: halved down to the floor
+        effort = sizer.observe("pool", effort, RoundReturns((0.0,), 0.0))
+        assert effort.population == expected
+    # a large return doubles it again, never past the ceiling
+    assert sizer.observe("pool", effort, RoundReturns((0.0,), 0.5)).population == 32
+    assert sizer.observe("pool", Effort(64, 1), RoundReturns((0.0,), 0.5)).population == 64
+    report = sizer.to_dict()["classes"]["pool"]
+    assert report["rounds"] == 1 and report["rounds_observed"] == 5 and report["population"] == 64
+    assert report["programs_evaluated"] == 64 * 5  # the one round handed out: population x (iterations + 1)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(min_population=1), "min_population"), (dict(min_return=-1.0), "min_return"),
+    (dict(max_iterations=0), "max_iterations"), (dict(smoothing=0.0), "smoothing"),
+])
+def test_bad_settings_say_what_they_must_be(bad: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=f"{match} must be"):
+        EffortSizer(64, **bad)
+
+
+def _spy_on_inner_searches(monkeypatch: pytest.MonkeyPatch) -> list[Effort | None]:
+    made: list[Effort | None] = []
+    original = AdaptiveSearch._cls._make_inner  # the Python class behind MetaSchedule's derived object
+
+    def spy(self: AdaptiveSearch, effort: Effort | None) -> Any:
+        inner = original(self, effort)
+        if effort is not None:  # the effort the inner MetaSchedule search was really made with
+            made.append(Effort(int(inner.population_size), int(inner.genetic_num_iters)))
+        return inner
+
+    monkeypatch.setattr(AdaptiveSearch._cls, "_make_inner", spy)
+    return made
+
+
+def test_a_tune_sizes_each_round_by_its_returns_and_measures_every_trial(tmp_path, loopback_board, monkeypatch) -> None:
+    from edgetune.tuning import Components, run_tune
+
+    made = _spy_on_inner_searches(monkeypatch)
+    with closing(WarmBuilder(timeout_sec=60, max_workers=1)) as builder:
+        # any return below 1000% is too little: after the forest's warm-up the rounds shrink to one iteration
+        options = _options(tmp_path / "returns", loopback_board, 24, sampler="none", population_size=32,
+                           search_min_return=10.0)
+        summary = run_tune(options, components=Components(tasks=[("mm", _matmul(48), 1)], builder=builder))
+    # the smaller searches still fill the batches (a 48x48 matmul has few programs: one may come a candidate short)
+    assert summary.trials.this_run >= 22, summary.trials
+    (effort,) = summary.search.effort["classes"].values()
+    # 6 batches of 4 (one more searched ahead may end unused); the forest ranks from its 8th measurement on
+    assert effort["rounds"] >= 6 and effort["rounds_observed"] >= 2, effort
+    assert effort["iterations"] == 1 and effort["population"] == 16, effort
+    assert made[0] == Effort(32, 4) and Effort(16, 1) in made, made  # MetaSchedule's search made at each effort
+    assert summary.search.population_size == 32
+
+
+def test_a_fixed_effort_keeps_metaschedules_search(tmp_path, loopback_board, monkeypatch) -> None:
+    from edgetune.tuning import Components, run_tune
+
+    made = _spy_on_inner_searches(monkeypatch)
+    with closing(WarmBuilder(timeout_sec=60, max_workers=1)) as builder:
+        options = _options(tmp_path / "fixed", loopback_board, 8, sampler="none", search_effort="fixed")
+        summary = run_tune(options, components=Components(tasks=[("mm", _matmul(48), 1)], builder=builder))
+    assert summary.trials.this_run == 8 and summary.search.effort is None and made == []

@@ -42,6 +42,7 @@ from tvm import relax, te
 from tvm.ir.expr import Constant
 
 from ..common.int8_isa import OUTPUT_LANES, int8_instruction, wants_unsigned_activations
+from .int8_epilogue import sink_unblocking
 
 #: (data layout, kernel layout) of the int8 convolutions rewritten, and the kernel axes in (KH, KW, O, I) order
 _KERNEL_TO_HWOI = {("NCHW", "OIHW"): (2, 3, 0, 1), ("NHWC", "HWIO"): (0, 1, 3, 2), ("NHWC", "OHWI"): (1, 2, 0, 3)}
@@ -63,6 +64,10 @@ def int8_kernels(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, str]:
             out[gvar] = relax.analysis.remove_all_unused(func)
     out = relax.transform.Normalize()(out)
     detail = f"{rewriter.converted} int8 kernels for {instruction}"
+    if rewriter.converted:
+        out, moved = sink_unblocking(out)
+        if moved:
+            detail += f", their epilogues fused in ({moved} elementwise ops moved before the unblocking)"
     if rewriter.left:
         detail += f"; {len(rewriter.left)} left as plain int8 ({', '.join(sorted(set(rewriter.left)))})"
     return (out if rewriter.converted else mod), detail

@@ -122,7 +122,8 @@ def make_effort_sizer(run: RunSettings, plan: TaskPlan) -> EffortSizer | None:
     population = tuning.population_size or auto_population(plan.per_iter)
     # the population shrinks where it returns little and never grows past the batch's own: a larger sample always
     # predicts a better top (5-10% per doubling on a transformer's tasks), at twice the search's host time
-    return EffortSizer(population, min_population=min(population, max(16, 2 * plan.per_iter)), max_population=population,
+    # the floor keeps the population's return measurable: it reads halves of the first sample, each at least a batch
+    return EffortSizer(population, min_population=min(population, max(16, 4 * plan.per_iter)), max_population=population,
                        min_return=tuning.search_min_return)
 
 

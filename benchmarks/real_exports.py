@@ -19,6 +19,7 @@ definitions without the package's operator registration. Needs
 Usage::
 
   python benchmarks/real_exports.py squeezenet1_1 --res 224 --exporter onnx-torchscript --out edgetune-out/exports
+  python benchmarks/real_exports.py resnet18 --qdq    # and its QDQ int8 model, as ONNX Runtime's quantizer writes it
 """
 
 from __future__ import annotations
@@ -114,6 +115,26 @@ def export(arch: str, res: int, exporter: str, out_dir: Path, seed: int = 0) -> 
     return path
 
 
+def quantize_qdq(float_path: Path, res: int, calibration: int = 8, seed: int = 0) -> Path:
+    """``float_path`` quantized by ONNX Runtime's ``quantize_static`` with its defaults (QDQ format, int8 activations
+    and weights, per tensor), calibrated on ``calibration`` seeded standard-normal inputs: ``...-qdq.onnx`` beside it."""
+    import numpy as np
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    path = float_path.with_name(float_path.stem + "-qdq.onnx")
+    if path.exists():
+        return path
+    rng = np.random.default_rng(seed)
+    batches = iter([{"input": rng.standard_normal((1, 3, res, res)).astype("float32")} for _ in range(calibration)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self) -> dict | None:
+            return next(batches, None)
+
+    quantize_static(str(float_path), str(path), Reader())
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("arch", nargs="*", help=f"torchvision builders: {', '.join(sorted(MODULES))}")
@@ -122,6 +143,8 @@ def main() -> int:
     parser.add_argument("--exporter", choices=EXPORTERS, default="onnx-torchscript")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/exports"))
+    parser.add_argument("--qdq", action="store_true",
+                        help="also write the ONNX export quantized by ONNX Runtime's quantize_static (its defaults)")
     args = parser.parse_args()
     wanted = [(arch, args.res, args.exporter) for arch in args.arch]
     if args.population:
@@ -131,6 +154,9 @@ def main() -> int:
     for arch, res, exporter in wanted:
         path = export(arch, res, exporter, args.out, args.seed)
         print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
+        if args.qdq and path.suffix == ".onnx":
+            quantized = quantize_qdq(path, res, seed=args.seed)
+            print(f"{quantized}: {quantized.stat().st_size / 1e6:.1f} MB")
     return 0
 
 

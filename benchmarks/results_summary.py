@@ -78,6 +78,9 @@ HEADLINES: tuple[Headline, ...] = (
              "geometric mean <= 1.0x LiteRT int8, none above 1.2x (issue 54)",
              (Source("int8_vs_litert_rows.json", "int8_vs_litert"),
               Source("int8_vs_litert_fused_rows.json", "int8_fused_vs_litert")), 8, only="int8"),
+    Headline("int8 QDQ ONNX models (ONNX Runtime's quantize_static) vs ONNX Runtime, 8 trials per task",
+             "geometric mean <= 1.0x ONNX Runtime int8, none above 1.2x (issue 54)",
+             (Source("qdq_vs_onnxruntime_rows.json", "qdq_vs_onnxruntime"),), 8, only="qdq"),
     Headline("Keras float models (.tflite) vs LiteRT, 8 trials per task",
              "geometric mean <= 0.9x LiteRT, none above 1.2x (issue 53)",
              (Source("int8_vs_litert_rows.json", "int8_vs_litert"),), 8, only=r"^(?!.*int8)"),
@@ -226,7 +229,10 @@ def headline_row(headline: Headline, sections: dict[str, tuple[Path, str]]) -> s
     else:
         where = sections.get(headline.sources[-1].mark)
         link = f" ([earlier, by hand]({where[0].relative_to(HERE).as_posix()}))" if where else ""
-        return (f"| {headline.name} | {headline.goal} | not measured yet: no `benchmarks/{headline.sources[-1].rows}`"
+        rows_file = headline.sources[-1].rows
+        missing = (f"no rows at {headline.per_task} trials per task in `benchmarks/{rows_file}`"
+                   if (HERE / rows_file).is_file() and headline.per_task is not None else f"no `benchmarks/{rows_file}`")
+        return (f"| {headline.name} | {headline.goal} | not measured yet: {missing}"
                 f"{link} | - | - | - | `{headline.reproduce}` |")
     path, text = sections.get(source.mark, (None, ""))
     date, host, command = section_facts(text, rows)

@@ -89,7 +89,7 @@ HEADLINES: tuple[Headline, ...] = (
     Headline("outside the zoo, 1 trial per task", _OUTSIDE_GOAL, _OUTSIDE, 1),
     Headline("outside the zoo, 8 trials per task", _OUTSIDE_GOAL, _OUTSIDE, 8),
     Headline("outside the zoo, 16 trials per task", _OUTSIDE_GOAL, _OUTSIDE, 16),
-    Headline("real exports in the zoo (torchvision through torch.onnx.export), schedule library, 2 trials per task",
+    Headline("real exports in the zoo (torchvision through PyTorch's exporters), schedule library, 2 trials per task",
              "geometric mean <= 0.9x ONNX Runtime's latency, none above 1.1x (issue 52)",
              (Source("real_exports_library_rows.json", "real_exports_library"), _POPULATION), 2, in_zoo=True),
     Headline("real exports outside the zoo (issue 52's population), schedule library, 2 trials per task",

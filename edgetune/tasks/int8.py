@@ -43,6 +43,7 @@ from tvm.ir.expr import Constant
 
 from ..common.int8_isa import OUTPUT_LANES, int8_instruction, wants_unsigned_activations
 from .int8_epilogue import sink_unblocking
+from .int8_epilogue import static_shape as _shape  # one shape reader for both passes
 
 #: (data layout, kernel layout) of the int8 convolutions rewritten, and the kernel axes in (KH, KW, O, I) order
 _KERNEL_TO_HWOI = {("NCHW", "OIHW"): (2, 3, 0, 1), ("NHWC", "HWIO"): (0, 1, 3, 2), ("NHWC", "OHWI"): (1, 2, 0, 3)}
@@ -71,13 +72,6 @@ def int8_kernels(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, str]:
     if rewriter.left:
         detail += f"; {len(rewriter.left)} left as plain int8 ({', '.join(sorted(set(rewriter.left)))})"
     return (out if rewriter.converted else mod), detail
-
-
-def _shape(expr: relax.Expr) -> list[int] | None:
-    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
-    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
-        return None
-    return [int(v) for v in values]
 
 
 def _dtype(expr: relax.Expr) -> str:

@@ -73,7 +73,8 @@ def _op_name(expr: Any) -> str:
     return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else ""
 
 
-def _shape(expr: relax.Expr) -> list[int] | None:
+def static_shape(expr: relax.Expr) -> list[int] | None:
+    """``expr``'s shape as ints, or None where a dimension is not a constant."""
     values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
     if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
         return None
@@ -132,7 +133,7 @@ class _SinkUnblocking(relax.PyExprMutator):
             return None
         source = call.args[0]
         if name == "relax.reshape" and source in self.blocked:
-            blocked, plain = _shape(source), _shape(call)
+            blocked, plain = static_shape(source), static_shape(call)
             # [..., O/L, L] -> [..., O]: the last two axes merged, nothing else moved
             if blocked is None or plain is None or len(blocked) != len(plain) + 1 or blocked[:-2] != plain[:-1] \
                     or blocked[-2] * blocked[-1] != plain[-1]:
@@ -143,7 +144,7 @@ class _SinkUnblocking(relax.PyExprMutator):
             return None
         if name == "relax.strided_slice":
             axes, begin = _slice_axes_begin(call)
-            plain = _shape(call)
+            plain = static_shape(call)
             if axes != [before.axis] or any(begin) or plain is None:
                 return None
             return _Unblocked(before.blocked, (*before.steps, call), plain[before.axis], before.axis, before.rank)
@@ -172,7 +173,7 @@ class _SinkUnblocking(relax.PyExprMutator):
         else:
             return None
         plain = self.unblocked[tensor]
-        tail = _blocked_constant(constant.value.numpy(), plain, _shape(plain.blocked))
+        tail = _blocked_constant(constant.value.numpy(), plain, static_shape(plain.blocked))
         if tail is None:
             return None
         operands = (plain.blocked, relax.const(tail)) if first else (relax.const(tail), plain.blocked)

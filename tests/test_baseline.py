@@ -197,3 +197,31 @@ def test_tune_baseline_times_each_runtime_alone_in_alternating_blocks(tmp_path, 
     assert made.intra_op_num_threads == profile.device.num_threads
     with pytest.raises(RuntimeError, match="does not have configuration"):  # never set: ONNX Runtime's default
         made.get_session_config_entry("session.intra_op.allow_spinning")
+
+
+def test_a_qdq_models_float_outputs_agree_in_quanta_of_its_last_dequantize(tmp_path) -> None:
+    """A QDQ model's outputs are float, but each is a quantum times an integer: ours and ONNX Runtime's QDQ ResNet-18
+    differed by one quantum at a tie (0.72% of the output range), which the float rule (1e-4) called a disagreement."""
+    import numpy as np
+
+    from edgetune.board.baseline import output_agreement, output_quantum
+    from qdq_models import output_scale, write_qdq_resnet
+
+    path = write_qdq_resnet(tmp_path / "qdq.onnx")
+    quantum = output_quantum(path.read_bytes(), "onnxruntime")
+    assert quantum == pytest.approx(output_scale(path))
+    assert output_quantum(path.read_bytes(), "litert") is None  # a .tflite's outputs are integers or floats
+    assert output_quantum((tmp_path / "qdq.float.onnx").read_bytes(), "onnxruntime") is None  # a float model's
+    theirs = np.arange(-50, 50, dtype=np.float32) * quantum
+    one_off = theirs.copy()
+    one_off[7] += quantum
+    assert output_agreement(one_off, theirs)[2] is False  # as floats: 1% of the range apart
+    rel, identical, match = output_agreement(one_off, theirs, quantum)
+    assert match and identical == pytest.approx(0.99)
+    two_off = theirs.copy()
+    two_off[7] += 2 * quantum
+    assert not output_agreement(two_off, theirs, quantum)[2]
+    many = theirs.copy()
+    many[:2] += quantum  # 98% identical
+    assert not output_agreement(many, theirs, quantum)[2]
+    assert output_agreement(theirs * (1 + 1e-6), theirs, quantum) == (pytest.approx(1e-6, rel=0.1), None, True)

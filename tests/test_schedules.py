@@ -1010,3 +1010,68 @@ def test_a_task_far_below_its_class_is_searched_first_whatever_its_per_task_budg
     else:
         assert searched_first == []
         assert all(t.trials_this_run <= 2 for t in summary.tasks)
+
+
+def _hard_swish_cnn(path: Path, res: int) -> str:
+    """demo:tiny-cnn with hard-swish where it has ReLU: the same convolutions, an epilogue the tiny library lacks."""
+    from edgetune.tasks.demo import _GraphBuilder
+
+    g = _GraphBuilder(11)
+    x = g.hard_swish(g.conv("input", 3, 16, 3))
+    x = g.hard_swish(g.conv(x, 16, 32, 3, stride=2))
+    path.write_bytes(g.model("hard_swish_cnn", "input", res, g.classifier(x, 32, 10), 10).SerializeToString())
+    return str(path)
+
+
+def test_a_convolution_with_an_epilogue_the_library_lacks_starts_from_its_schedules_of_another(
+    library_file, tmp_path, loopback_board
+) -> None:
+    """torchvision's MobileNetV3 (hard-swish) and the dynamo exporter's MobileNetV2 (no bias, clip as max/min) found
+    no workload of their convolutions' signature in the library: 23 and 20 of their convolutions measured their untuned
+    loops at 2 GFLOPS and at two trials per task kept them (14x and 21x ONNX Runtime). The library's convolutions with
+    ReLU now give them their first candidates: their decisions, in the task's own design space."""
+    from edgetune.tasks.signature import anchor_signature, operator_signature
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    path, _db, _profile = library_file
+    library = load_library(path)
+    profile = host_profile(loopback_board, schedules=str(path))
+    model = _hard_swish_cnn(tmp_path / "hs.onnx", 32)
+    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    convs = {t.task_name for t in extracted if "conv2d" in t.task_name}
+    assert len(convs) == 2
+    for task in extracted:
+        if task.task_name in convs:  # no workload of its signature, but the same operator with ReLU
+            signature = operator_signature(task.dispatched[0])
+            assert not library.nearest_workloads(task.dispatched[0], signature)
+            assert any(anchor_signature(w.signature) == anchor_signature(signature) for w in library.workloads)
+    summary = tune(profile, loopback_board, tmp_path / "run", model=model, trials=len(extracted))
+    for task in summary.tasks:
+        if task.name in convs:  # delivered: the carried schedule, its untuned default never measured
+            assert task.transferred_latency_us is not None and task.default_latency_us is None, task
+            assert task.best_latency_us == pytest.approx(task.transferred_latency_us)
+    assert summary.end_to_end.outputs_match  # the carried schedules compute hard-swish, not ReLU
+
+
+def test_a_task_left_at_its_untuned_default_far_below_its_class_is_searched_first(
+    library_file, tmp_path, loopback_board, monkeypatch
+) -> None:
+    """A task with nothing in the library to start from measures its untuned loops: two trials per task may never
+    search it. Judged against its class like an inherited schedule, it gets the kept trials."""
+    import edgetune.tuning.lagging as lagging
+
+    monkeypatch.setattr(lagging, "MIN_CLASS_WORKLOADS", 1)  # the small library holds one or two convs per class
+    path, _db, _profile = library_file
+    scaled = _library_at_gflops(path, tmp_path / "scaled.schedules.gz", 1e4)
+    profile = host_profile(loopback_board, schedules=str(scaled), max_trials_per_task=1, lagging_trials=3,
+                           lagging_share=0.05, transfer="off")
+    model = _hard_swish_cnn(tmp_path / "hs.onnx", 40)  # neither its shapes nor its epilogue are in the library
+    summary = tune(profile, loopback_board, tmp_path / "run", model=model, trials=40, evaluate=False)
+    searched_first = summary.schedules["searched_first"]
+    assert searched_first, summary.library_lines()
+    by_name = {t.name: t for t in summary.tasks}
+    for entry in searched_first:
+        task = by_name[entry["name"]]
+        assert "conv2d" in task.name and task.transferred_latency_us is None and task.default_latency_us is not None
+        assert task.trials_this_run == 1 + entry["reserved"] > 1, task  # its default, then the kept trials

@@ -215,3 +215,78 @@ def _latencies_after(db, source) -> list[float | None]:
     with sqlite3.connect(db) as conn:
         rows = conn.execute("select mean_run_sec from records where id > ? order by id", (last,)).fetchall()
     return [row[0] for row in rows]
+
+
+def epilogue_conv_workload(tmp_path, res: int, epilogue: str):
+    """demo:tiny-cnn's stride-2 convolution with another epilogue: ``relu`` (as the demo), ``hard_swish``, or ``none``
+    (no bias and no activation, as the dynamo exporter writes a convolution whose folded bias is zero)."""
+    from edgetune.tasks.demo import _GraphBuilder
+
+    g = _GraphBuilder(7)
+    x = g.relu(g.conv("input", 3, 16, 3))
+    if epilogue == "none":
+        weight = g._const("w", np.random.default_rng(1).normal(0.0, 0.1, (32, 16, 3, 3)))
+        y = g._node("Conv", [x, weight], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    else:
+        y = getattr(g, epilogue)(g.conv(x, 16, 32, 3, stride=2))
+    path = tmp_path / f"conv-{epilogue}-{res}.onnx"
+    path.write_bytes(g.model("conv", "input", res, g.classifier(y, 32, 10), 10).SerializeToString())
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(load_model(str(path)).mod, TARGET), TARGET)
+    return next(t.dispatched[0] for t in tasks if t.task_name.split("_")[:2] in (["fused", "conv2d1"], ["conv2d1"]))
+
+
+@pytest.mark.parametrize("epilogue", ["hard_swish", "none"])
+def test_a_schedule_of_another_epilogue_carries_its_decisions_into_this_workloads_space(tmp_path, epilogue) -> None:
+    """A trace names its blocks: a convolution with ReLU's does not replay on the same convolution with hard-swish or
+    without a bias (MobileNetV3's and the dynamo exporter's MobileNetV2's convolutions started from their untuned
+    loops, 2 GFLOPS, 14x and 21x ONNX Runtime). Its decisions do: the same tiles and unroll, drawn by this workload's
+    own design space, every epilogue block fused as that space fuses it."""
+    from edgetune.search.transfer import _sampled, transfer_decisions
+    from edgetune.tasks.signature import anchor_signature, operator_signature
+
+    source, target = conv_workload(32), epilogue_conv_workload(tmp_path, 32, epilogue)
+    assert operator_signature(source) != operator_signature(target)
+    assert anchor_signature(operator_signature(source)) == anchor_signature(operator_signature(target))
+    ctx = context_for(target)
+    postprocs = list(ctx.space_generator.postprocs)
+    spaces = list(ctx.space_generator.generate_design_space(target))
+    traces = sampled_traces(source, 6)
+    carried = 0
+    for i, trace in enumerate(traces):
+        sch = transfer_decisions(trace, target, spaces, postprocs, seed=i + 1)  # must never raise
+        if sch is None:
+            continue
+        carried += 1
+        # the same shape: every tile and the unroll are the source's, in order
+        assert [(k, [int(v) for v in d] if k == "SamplePerfectTile" else int(d)) for k, d in _sampled(sch.trace)] == [
+            (k, [int(v) for v in d] if k == "SamplePerfectTile" else int(d)) for k, d in _sampled(trace)
+        ]
+        built = tvm.compile(sch.mod, target=TARGET)  # a valid schedule of this workload
+        args = [np.random.default_rng(0).normal(size=[int(d) for d in a.shape]).astype("float32")
+                for a in ms.arg_info.ArgInfo.from_entry_func(target, remove_preproc=True)]
+        reference = [a.copy() for a in args]
+        dev = tvm.cpu()
+        built(*[tvm.runtime.tensor(a, dev) for a in args[:-1]], out := tvm.runtime.tensor(args[-1], dev))
+        tvm.compile(target, target=TARGET)(*[tvm.runtime.tensor(a, dev) for a in reference[:-1]],
+                                            expected := tvm.runtime.tensor(reference[-1], dev))
+        np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
+    assert carried >= len(traces) // 2, f"only {carried} of {len(traces)} traces carried their decisions"
+    # the candidates a task gets: decisions carried where the trace of another epilogue does not replay
+    records = [ms.database.TuningRecord(t, ms.database.Workload(source), [1e-3], TARGET, None) for t in traces]
+    found = transferred_candidates(ctx, records, limit=3)
+    assert len(found) == 3
+
+
+def test_decisions_of_another_operator_are_not_carried(tmp_path) -> None:
+    dense = next(
+        t.dispatched[0]
+        for t in ms.relax_integration.extract_tasks(prepare_for_tuning(load_model("demo:tiny-cnn").mod, TARGET), TARGET)
+        if "matmul" in t.task_name
+    )
+    from edgetune.search.transfer import transfer_decisions
+
+    target = epilogue_conv_workload(tmp_path, 32, "hard_swish")
+    ctx = context_for(target)
+    spaces = list(ctx.space_generator.generate_design_space(target))
+    for trace in sampled_traces(dense, 3):
+        assert transfer_decisions(trace, target, spaces, list(ctx.space_generator.postprocs)) is None

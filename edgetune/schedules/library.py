@@ -122,6 +122,24 @@ class ScheduleLibrary:
         ranked = sorted((shape_distance(own, w.shapes), i) for i, w in enumerate(same))
         return [same[i] for _distance, i in ranked]
 
+    def anchor_workloads(self, mod: Any, signature: Any, limit: int | None = None) -> list[LibraryWorkload]:
+        """Its workloads of the same operator as ``signature`` with another epilogue, the nearest shape first.
+
+        The operator is :func:`~edgetune.tasks.signature.anchor_signature` (a convolution, its padding included);
+        shapes are compared on the input, the weight and the output (a bias or a residual input may be absent).
+        """
+        from ..search.transfer import buffer_shapes, shape_distance
+        from ..tasks.signature import anchor_signature
+
+        anchor, own = anchor_signature(signature), buffer_shapes(mod)
+        if len(own) < 2:
+            return []
+        same = [w for w in self.workloads
+                if tuple(w.signature) != tuple(signature) and anchor_signature(w.signature) == anchor
+                and w.schedules and len(w.shapes) >= 2]
+        ranked = sorted((shape_distance([*own[:2], own[-1]], [*w.shapes[:2], w.shapes[-1]]), i) for i, w in enumerate(same))
+        return [same[i] for distance, i in ranked[:limit] if distance != float("inf")]
+
     def find(self, mod: Any) -> LibraryWorkload | None:
         """The library's entry for exactly this workload (structural hash, then structural equality).
 

@@ -36,6 +36,9 @@ SCHEDULES_MODES = ("auto", "off")
 #: the package data directory (edgetune/schedules/data/) holding the shipped libraries, one file per CPU family
 SHIPPED_PACKAGE = "edgetune.schedules.data"
 SHIPPED_SUFFIX = ".schedules.gz"
+#: workloads of the same operator with another epilogue tried for a task the library has no workload of its own
+#: operator for (each replays its trace on its own workload first; a few are built unlike this task's space)
+ANCHOR_WORKLOADS_TRIED = 4
 
 
 @dataclass
@@ -135,7 +138,9 @@ def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -
 def transferred_library_candidates(context: Any, library: ScheduleLibrary, target: Any, count: int = 1) -> list[Any]:
     """For a compute-bound task the library lacks: its schedules of the same operator at the nearest shapes, adapted.
 
-    Up to ``count`` candidates, the nearest shape first (:func:`~edgetune.search.transfer.best_similar_records`).
+    Up to ``count`` candidates, the nearest shape first (:func:`~edgetune.search.transfer.best_similar_records`);
+    where no schedule of the same operator and epilogue transfers, the decisions of the same operator with
+    another epilogue (:func:`~edgetune.search.transfer.transfer_decisions`).
     They are measured as the task's first trials; under two trials per task in place of its untuned default
     (:func:`~edgetune.tuning.plan.plan_first_measurements`): a one-trial tune would otherwise spend
     it on the untuned loops of a convolution and deliver them. Memory-bound tasks, and a task of the exact
@@ -153,8 +158,12 @@ def transferred_library_candidates(context: Any, library: ScheduleLibrary, targe
     if not funcs or classify(funcs[0]) != "contraction":
         return []
     found: list[Any] = []
-    # nearest shape first, one workload at a time: replaying every trace of the operator cost a tune seconds
-    for workload in library.nearest_workloads(context.mod, operator_signature(context.mod)):
+    signature = operator_signature(context.mod)
+    # nearest shape first, one workload at a time: replaying every trace of the operator cost a tune seconds;
+    # then the same operator with another epilogue (hard-swish where the library has ReLU, no bias), its
+    # decisions carried into this workload's design space, the nearest few shapes only
+    nearest = library.nearest_workloads(context.mod, signature)
+    for workload in [*nearest, *library.anchor_workloads(context.mod, signature, limit=ANCHOR_WORKLOADS_TRIED)]:
         fastest = library.tuning_records(target, workloads=[workload], per_workload=1)
         found += transferred_candidates(context, fastest, count - len(found))
         if len(found) >= count:

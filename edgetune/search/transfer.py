@@ -10,6 +10,13 @@ the inner factors where they still divide it (:func:`adapt_tile`); the other
 decisions are kept. A trace that still does not apply (a block the new
 workload lacks, a compute location that no longer exists) or that a
 postprocessor rejects is skipped: transfer never fails a task.
+
+A trace names its blocks, so it does not replay on the same operator with
+another epilogue (a convolution with hard-swish where the trace had ReLU, a
+convolution without a bias where the trace inlined one). There its
+*decisions* are carried instead (:func:`transfer_decisions`): the new
+workload's own design space, from the same schedule rules, draws the same
+tiles and unroll in the same order, and takes the trace's values for them.
 """
 
 from __future__ import annotations
@@ -72,17 +79,103 @@ def transfer_trace(trace: Any, workload_mod: Any, postprocs: Sequence[Any], seed
     return sch
 
 
+#: instructions that only look blocks or loops up, inline an epilogue or give a convolution without one a write
+#: cache where the epilogue was computed: they differ with the epilogue, not the schedule
+_LOOKUPS = frozenset({"GetSBlock", "GetBlock", "GetLoops", "GetConsumers", "GetProducers", "GetChildBlocks",
+                      "ComputeInline", "ReverseComputeInline", "CacheWrite"})
+
+
+def _structure(trace: Any) -> list[str]:
+    """The kinds of a trace's scheduling instructions before its postprocessing, lookups and inlining left out."""
+    kinds: list[str] = []
+    for inst in trace.insts:
+        name = inst.kind.name
+        if name == "EnterPostproc":
+            break
+        if name not in _LOOKUPS:
+            kinds.append(name)
+    return kinds
+
+
+def _sampled(trace: Any) -> list[tuple[str, Any]]:
+    """A trace's random draws in order: (instruction kind, decision)."""
+    out = []
+    for inst in trace.insts:
+        if inst.kind.name == "EnterPostproc":
+            break
+        decision = trace.get_decision(inst)
+        if decision is not None:
+            out.append((inst.kind.name, decision))
+    return out
+
+
+def transfer_decisions(trace: Any, workload_mod: Any, spaces: Sequence[Any], postprocs: Sequence[Any],
+                       seed: int = 1) -> Schedule | None:
+    """``trace``'s decisions, tiles adapted, drawn by the design space of ``workload_mod`` that is built like it.
+
+    ``spaces``: the workload's design spaces (``space_generator.generate_design_space``). One whose scheduling
+    instructions, lookups and inlining aside, are ``trace``'s and whose draws are of the same kinds in the same
+    order replays with ``trace``'s values; None where no space is built like ``trace`` or the result is rejected.
+    """
+    wanted, draws = _structure(trace), _sampled(trace)
+    for space in spaces:
+        own = space.trace
+        if _structure(own) != wanted or [kind for kind, _ in _sampled(own)] != [kind for kind, _ in draws]:
+            continue
+        sch = Schedule(workload_mod, seed=max(1, seed), debug_mask="none")
+        pending = iter(draws)
+
+        def provider(inst: Any, inputs: list[Any], attrs: list[Any], decision: Any) -> Any:
+            if decision is None:
+                return decision
+            _kind, theirs = next(pending)
+            if inst.kind.name == "SamplePerfectTile":
+                extent = sch.get(inputs[0]).extent
+                if hasattr(extent, "value") and len(theirs) == len(decision):
+                    return adapt_tile([int(d) for d in theirs], int(extent.value))
+                return decision
+            if inst.kind.name == "SampleCategorical":
+                return theirs if 0 <= int(theirs) < len(attrs[0]) else decision
+            return theirs
+
+        try:
+            own.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+            sch.enter_postproc()
+            if all(postproc.apply(sch) for postproc in postprocs):
+                return sch
+        except Exception:  # noqa: BLE001 - TVM raises its own errors for every kind of mismatch; try the next space
+            continue
+    return None
+
+
 def transferred_candidates(context: Any, records: Iterable[Any], limit: int) -> list[Any]:
-    """Up to ``limit`` distinct candidates for ``context``'s workload from ``records`` of similar workloads, in order."""
+    """Up to ``limit`` distinct candidates for ``context``'s workload from ``records`` of similar workloads, in order.
+
+    A record whose trace does not replay on the workload (another epilogue) gives its decisions instead
+    (:func:`transfer_decisions`).
+    """
     import tvm_ffi
+
+    from ..tasks.signature import operator_signature
 
     postprocs = list(context.space_generator.postprocs or [])
     found: list[Any] = []
     seen: set[int] = set()
+    spaces: list[Any] | None = None
+    own_signature = cached_signature(operator_signature, context.mod)
     for i, record in enumerate(records):
         if len(found) >= limit:
             break
-        sch = transfer_trace(record.trace, context.mod, postprocs, seed=i + 1)
+        # a trace of another epilogue may still replay, its extra epilogue blocks left as loops of their own
+        same_operator = own_signature == cached_signature(operator_signature, record.workload.mod)
+        sch = transfer_trace(record.trace, context.mod, postprocs, seed=i + 1) if same_operator else None
+        if sch is None:
+            if spaces is None:
+                try:
+                    spaces = list(context.space_generator.generate_design_space(context.mod))
+                except Exception:  # noqa: BLE001 - no design space: nothing to carry decisions into
+                    spaces = []
+            sch = transfer_decisions(record.trace, context.mod, spaces, postprocs, seed=i + 1)
         if sch is None:
             continue
         key = int(tvm_ffi.structural_hash(sch.mod))

@@ -35,6 +35,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from edgetune.errors import ModelError
 from edgetune.tasks.demo import build_demo
+from edgetune.tasks.onnx_shapes import fold_shape_arithmetic
 
 DEMO_PREFIX = "demo:"
 #: suffix of a PyTorch ``torch.export.save`` archive
@@ -162,6 +163,7 @@ def load_model(spec: str) -> LoadedModel:
         model, data = _read_onnx(path, spec)
         label = f"'{spec}'"
     inputs = _input_specs(model, label)
+    model, _folded = fold_shape_arithmetic(model)  # static input shapes: torch.chunk's Shape arithmetic is constant
     try:
         mod = from_onnx(model, keep_params_in_input=False)
     except Exception as exc:  # noqa: BLE001 - the frontend raises anything; report it in one line

@@ -35,3 +35,19 @@ def operator_signature(mod: tvm.IRModule) -> tuple[str, ...]:
     the same signature; a dense layer gives another.
     """
     return tuple(block_names(mod))
+
+
+def anchor_signature(signature: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The operator without its epilogue: the blocks up to the first that is not padding.
+
+    A convolution followed by a bias and hard-swish and the same convolution
+    followed by a bias and ReLU share ``('conv2d_NCHWc',)``; with a padded input,
+    ``('data_pad', 'conv2d_NCHWc')``. Their multi-level tiling draws the same
+    decisions, so a schedule of one seeds the other
+    (:func:`edgetune.search.transfer.transfer_decisions`).
+    """
+    blocks = tuple(signature)
+    for i, name in enumerate(blocks):
+        if not (name == "pad_temp" or name.endswith("_pad")):
+            return blocks[: i + 1]
+    return blocks

@@ -17,8 +17,12 @@ The rule, once the library's schedules are measured and before the search:
   task whose exact workload the library holds is judged by that workload's
   own best record (its schedule was tuned for it; a small layer runs below
   its class's median at its best);
-* a compute-bound task that started from the library (its exact workload or
-  another shape, adapted) *lags* when its best runs under
+  where the library holds too few of that signature, the class is the same
+  operator with any epilogue (a convolution with hard-swish is judged by the
+  library's convolutions with ReLU, bias or residual add);
+* a compute-bound task, whether it started from the library (its exact
+  workload, another shape or another epilogue, adapted) or from its untuned
+  default (nothing in the library to adapt), *lags* when its best runs under
   ``tuning.lagging_ratio`` of its class and it *weighs*: its weighted latency is
   at least ``tuning.lagging_share`` of the model's (the sum over tasks of
   weight x best, or the untuned latency where nothing better was measured);
@@ -76,6 +80,9 @@ class LaggingTask:
 def class_gflops(library: ScheduleLibrary, mod: IRModule) -> float | None:
     """What ``mod``'s operator class reaches in ``library``: the median of its workloads' best GFLOPS, or None.
 
+    The class is the workloads of ``mod``'s operator signature; where the library holds too few, those of the
+    same operator with other epilogues (:meth:`~edgetune.schedules.library.ScheduleLibrary.anchor_workloads`).
+
     A workload the library holds exactly is judged by its own best record instead: a 1x1 convolution on a 7x7 map
     runs below the median of its class at its best, and its library schedule is that best.
     """
@@ -85,12 +92,13 @@ def class_gflops(library: ScheduleLibrary, mod: IRModule) -> float | None:
     if exact is not None:
         own = [s.gflops for s in exact.schedules if s.gflops]
         return max(own) if own else None
-    best = [
-        max(s.gflops for s in workload.schedules if s.gflops)
-        for workload in library.nearest_workloads(mod, operator_signature(mod))
-        if any(s.gflops for s in workload.schedules)
-    ]
-    return statistics.median(best) if len(best) >= MIN_CLASS_WORKLOADS else None
+    signature = operator_signature(mod)
+    for workloads in (library.nearest_workloads(mod, signature), library.anchor_workloads(mod, signature)):
+        best = [max(s.gflops for s in workload.schedules if s.gflops)
+                for workload in workloads if any(s.gflops for s in workload.schedules)]
+        if len(best) >= MIN_CLASS_WORKLOADS:
+            return statistics.median(best)
+    return None
 
 
 def choose_lagging(
@@ -128,4 +136,4 @@ def describe_lagging(searched_first: Sequence[Json]) -> str:
         f"{t['reserved']} trials)"
         for t in searched_first
     ]
-    return f"searched first, their library schedule far below their operator class: {'; '.join(parts)}"
+    return f"searched first, their first schedule far below their operator class: {'; '.join(parts)}"

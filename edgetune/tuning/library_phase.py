@@ -89,7 +89,10 @@ def failed_library_defaults(run: RunSettings, first: FirstMeasurements, session:
 
 
 def search_lagging_tasks_first(run: RunSettings, plan: TaskPlan, first: FirstMeasurements, session: TuneSession) -> None:
-    """Search trials kept for the tasks whose library schedule runs far below its operator class (tuning/lagging.py).
+    """Search trials kept for the tasks whose first schedule runs far below its operator class (tuning/lagging.py).
+
+    The first schedule is the library's (exact or adapted) or, where the library had nothing to adapt, the
+    untuned default.
 
     Only with edgetune's search, which reads the reservations (``session.caps_enforced``).
     """
@@ -99,8 +102,8 @@ def search_lagging_tasks_first(run: RunSettings, plan: TaskPlan, first: FirstMea
     model_sec = sum(t.weight * sec for t in progress.tasks if (sec := t.best_sec or t.default_sec))
     standings = []
     for task, ctx in zip(progress.tasks, session.contexts):
-        if task.index not in first.library or task.best_gflops is None:
-            continue  # not inherited from the library, or nothing measured
+        if task.best_gflops is None or (task.index not in first.library and task.index not in first.defaults):
+            continue  # nothing measured, or a task the history holds (it resumes from its own records)
         if plan.inventory is not None and plan.inventory.kernels[task.index].klass != "compute":
             continue
         standings.append(TaskStanding(task.name, task.weight * task.best_sec, task.best_gflops,

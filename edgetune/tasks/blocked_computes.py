@@ -64,17 +64,20 @@ def group_conv2d_nchwc(
                          f"{data.shape} data and {kernel.shape} weights instead")
     data, (out_h, out_w), (stride_h, stride_w), (dilation_h, dilation_w) = _padded(
         data, (height, width), (kernel_h, kernel_w), strides, padding, dilation)
-    ic = te.reduce_axis((0, group_in_chunks), name="ic")
-    iv = te.reduce_axis((0, lanes), name="iv")
-    ry = te.reduce_axis((0, kernel_h), name="ry")
-    rx = te.reduce_axis((0, kernel_w), name="rx")
+    # one reduction over the group's input channels, then the kernel, in TOPI's conv2d_NCHWc order: the same
+    # loop nest as an ordinary blocked convolution, so that its schedules' decisions carry over
+    # (edgetune.search.transfer.transfer_decisions)
+    in_lanes = int(lanes)
+    ic = te.reduce_axis((0, int(group_in_chunks) * in_lanes), name="ic")
+    ry = te.reduce_axis((0, kernel_h), name="kh")
+    rx = te.reduce_axis((0, kernel_w), name="kw")
     return te.compute(
         (batch, out_chunks, out_h, out_w, out_lanes),
         lambda n, c, y, x, v: te.sum(
-            data[n, c // out_chunks_per_group * group_in_chunks + ic, y * stride_h + ry * dilation_h,
-                 x * stride_w + rx * dilation_w, iv].astype(out_dtype)
-            * kernel[c, ic, ry, rx, iv, v].astype(out_dtype),
-            axis=[ic, ry, rx, iv],
+            data[n, c // out_chunks_per_group * group_in_chunks + ic // in_lanes, y * stride_h + ry * dilation_h,
+                 x * stride_w + rx * dilation_w, ic % in_lanes].astype(out_dtype)
+            * kernel[c, ic // in_lanes, ry, rx, ic % in_lanes, v].astype(out_dtype),
+            axis=[ic, ry, rx],
         ),
         name="group_conv2d_NCHWc",
     )

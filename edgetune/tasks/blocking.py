@@ -36,8 +36,9 @@ Every tensor's block is its channel count's: ``b`` where ``b`` divides it,
 else the half block (for ``b`` of 16). A convolution the blocked layout cannot
 lower stays NCHW on its own, with layout transforms around it, and the rest of
 the graph stays blocked: one whose channels do not divide into blocks, and a
-grouped one (RegNet's, ResNeXt's; in its blocked form only with
-:data:`BLOCK_GROUPED`). :func:`unblocked_convolutions`
+grouped one whose groups are not whole blocks (ResNeXt-50's first stages, 4
+and 8 channels per group; RegNet's 16 per group run blocked, as
+:data:`BLOCK_GROUPED` says). :func:`unblocked_convolutions`
 lists them with the reason, for the summary and the kernel inventory.
 """
 
@@ -54,10 +55,12 @@ from tvm import relax, te, topi
 
 from .blocked_computes import depthwise_conv2d_nchwc, group_conv2d_nchwc
 
-#: grouped convolutions whose groups are whole blocks run as ``group_conv2d_NCHWc`` (True) or stay NCHW between
-#: layout transforms (False, the default): at two trials per task the blocked form, which no library schedule
-#: covers yet, delivered torchvision's RegNetX-400MF 2.1x slower than NCHW (benchmarks/results/real-exports.md)
-BLOCK_GROUPED = False
+#: grouped convolutions whose groups are whole blocks run as ``group_conv2d_NCHWc`` (True, the default) or stay NCHW
+#: between layout transforms (False). The blocked form is an ordinary blocked convolution's loop nest, so the library's
+#: convolutions give it first candidates (edgetune.search.transfer.transfer_decisions): at two trials per task
+#: torchvision's RegNetX-400MF ran 1.19x ONNX Runtime blocked and 2.64x NCHW, ResNeXt-50 1.18x and 1.56x. Before that
+#: transfer the blocked form started from its untuned loops and was 2.1x slower than NCHW (benchmarks/results/real-exports.md)
+BLOCK_GROUPED = True
 
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
 _POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
@@ -159,7 +162,7 @@ def unblocked_convolutions(mod: tvm.IRModule, block: int) -> list[UnblockedConv]
             per_group = (in_channels // groups, out_channels // groups)
             if all(c % block == 0 for c in per_group):
                 reason = (f"grouped: {per_group[0]} input and {per_group[1]} output channels per group, whole blocks, "
-                          "but no library schedule of the blocked form yet (edgetune.tasks.blocking.BLOCK_GROUPED)")
+                          "but the blocked form is off (edgetune.tasks.blocking.BLOCK_GROUPED)")
             else:
                 reason = (f"grouped: {per_group[0]} input and {per_group[1]} output channels per group, "
                           f"which blocks of {block} do not divide")

@@ -37,17 +37,23 @@ def operator_signature(mod: tvm.IRModule) -> tuple[str, ...]:
     return tuple(block_names(mod))
 
 
+#: operators computed by the same loop nest as another: a grouped blocked convolution's whole-block groups
+#: (:func:`edgetune.tasks.blocked_computes.group_conv2d_nchwc`) are an ordinary blocked convolution's loops
+SAME_LOOP_NEST = {"group_conv2d_NCHWc": "conv2d_NCHWc"}
+
+
 def anchor_signature(signature: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The operator without its epilogue: the blocks up to the first that is not padding.
 
     A convolution followed by a bias and hard-swish and the same convolution
     followed by a bias and ReLU share ``('conv2d_NCHWc',)``; with a padded input,
-    ``('data_pad', 'conv2d_NCHWc')``. Their multi-level tiling draws the same
+    ``('data_pad', 'conv2d_NCHWc')``; a grouped blocked convolution is named as the
+    ordinary one (:data:`SAME_LOOP_NEST`). Their multi-level tiling draws the same
     decisions, so a schedule of one seeds the other
     (:func:`edgetune.search.transfer.transfer_decisions`).
     """
     blocks = tuple(signature)
     for i, name in enumerate(blocks):
         if not (name == "pad_temp" or name.endswith("_pad")):
-            return blocks[: i + 1]
+            return (*blocks[:i], SAME_LOOP_NEST.get(name, name))
     return blocks

@@ -1075,3 +1075,31 @@ def test_a_task_left_at_its_untuned_default_far_below_its_class_is_searched_firs
         task = by_name[entry["name"]]
         assert "conv2d" in task.name and task.transferred_latency_us is None and task.default_latency_us is not None
         assert task.trials_this_run == 1 + entry["reserved"] > 1, task  # its default, then the kept trials
+
+
+def test_a_memory_bound_task_the_library_lacks_measures_a_transferred_schedule_beside_its_default(
+    library_file, tmp_path, loopback_board
+) -> None:
+    """DenseNet-121's concatenations with their pre-activation batch norm and ReLU (memory-bound, no library workload)
+    each measured their untuned loops (one thread, no vectors, 1 GFLOPS) as their one trial: 31 of them, 21 of the
+    model's 47 ms, at two trials per task. With room for two trials, a memory-bound task the library lacks measures
+    the library's schedule of its operator beside its default, and the faster is delivered; with one, only the
+    default (a channel shuffle ran 5x faster unscheduled)."""
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    path, _db, _profile = library_file
+    library = load_library(path)
+    profile = host_profile(loopback_board, schedules=str(path))
+    model = "demo:tiny-cnn@40"
+    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    lacking = {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
+    roomy = tune(profile, loopback_board, tmp_path / "roomy", model=model, trials=2 * len(extracted), evaluate=False)
+    classes = roomy.kernel_classes()
+    memory = [t for t in roomy.tasks if classes.get(t.name, "").startswith("memory") and t.name in lacking]
+    carried = [t for t in memory if t.transferred_latency_us is not None]
+    assert carried, [(t.name, t.transferred_latency_us, t.default_latency_us) for t in memory]
+    for task in carried:  # its default measured too; the faster delivered
+        assert task.default_latency_us is not None, task
+        assert task.best_latency_us <= min(task.transferred_latency_us, task.default_latency_us) * 1.0001
+    # with one trial per task, only the default: test_a_task_the_library_lacks_starts_from_its_nearest_shape_...

@@ -161,7 +161,8 @@ def plan_library_schedules(
     """Per task new to the history, the library's schedules of its exact workload, measured first; and the transferred tasks.
 
     A compute-bound task the library lacks gets the library's schedule of the nearest shape of its
-    operator instead (with ``tuning.transfer`` on), measured in place of its untuned default.
+    operator instead (with ``tuning.transfer`` on), measured in place of its untuned default. With two
+    trials per task or more, a memory-bound one gets it too, measured beside its default.
     """
     chosen: dict[int, tuple[MeasureCandidate, ...]] = {}
     transferred: set[int] = set()
@@ -170,11 +171,14 @@ def plan_library_schedules(
     tuning = run.profile.tuning
     budget = plan.remaining
     transfer = tuning.transfer != "off"
+    # room for a memory-bound task's untuned default and a transferred schedule: the default is always measured
+    # beside it (plan_first_measurements), and a per-task budget of one has room for one of them
+    roomy = plan.remaining >= 2 * len(contexts) and all(cap >= 2 for cap in plan.caps.values())
     for index, ctx in enumerate(contexts):
         if plan.previous[index] == 0 and budget > 0:  # a task the history holds resumes from its own records
             found = library_candidates(ctx, library.library, min(tuning.library_schedules, budget))
             if not found and transfer:
-                found = transferred_library_candidates(ctx, library.library, target, 1)
+                found = transferred_library_candidates(ctx, library.library, target, 1, memory_bound=roomy)
                 if found:
                     transferred.add(index)
             if found:

@@ -159,7 +159,6 @@ def test_an_ordinary_blocked_convolutions_schedule_carries_into_the_grouped_one(
     channels, then the kernel), so the library's convolutions give it first candidates: at two trials per task it
     had none and ran near its untuned loops, 2.1x slower than NCHW on RegNetX."""
     import edgetune.tasks.blocking as blocking
-    from edgetune.builder.intrinsics import load_tensor_intrinsics
     from edgetune.search.transfer import transfer_decisions
     from edgetune.tasks.signature import anchor_signature, operator_signature
 
@@ -170,23 +169,10 @@ def test_an_ordinary_blocked_convolutions_schedule_carries_into_the_grouped_one(
     stem = next(t.dispatched[0] for t in tasks if "conv2d_NCHWc" in t.dispatched[0].script()
                 and "group_conv2d" not in t.dispatched[0].script() and "data_pad" in t.dispatched[0].script())
     assert anchor_signature(operator_signature(grouped)) == anchor_signature(operator_signature(stem))
-    load_tensor_intrinsics(TARGET)
+    from test_transfer import context_for, sampled_traces  # the same target: llvm, 2 cores
 
-    def context(mod):
-        return ms.TuneContext(mod=mod, target=TARGET, space_generator="post-order-apply", search_strategy="replay-trace",
-                              num_threads=1, rand_state=1)
-
-    source_space = context(stem).space_generator.generate_design_space(stem)
-    traces = []
-    for space in source_space:
-        for seed in range(1, 5):
-            sch = tvm.s_tir.Schedule(stem, seed=seed, debug_mask="none")
-            try:
-                tvm.s_tir.schedule.Trace(space.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-            except Exception:  # noqa: BLE001 - an invalid sample
-                continue
-            traces.append(sch.trace)
-    ctx = context(grouped)
+    traces = sampled_traces(stem, 4)
+    ctx = context_for(grouped)
     spaces = list(ctx.space_generator.generate_design_space(grouped))
     carried = [sch for i, trace in enumerate(traces)
                if (sch := transfer_decisions(trace, grouped, spaces, list(ctx.space_generator.postprocs), seed=i + 1))]

@@ -34,6 +34,15 @@ def tune(profile, loopback_board, out: Path, model: str = "demo:tiny-cnn", **opt
     return run_tune(TuneOptions(profile=profile, model=model, out_dir=out, board=TrackerBoard(loopback_board), **options))
 
 
+def _tasks_the_library_lacks(library, profile, model: str, out: Path):
+    """``model``'s tasks as a tune extracts them, and the names of those whose workload ``library`` lacks."""
+    from edgetune.tuning import TuningPipeline, TuneOptions
+
+    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    return extracted, {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
+
+
 @pytest.fixture(scope="module")
 def library_file(tmp_path_factory, loopback_board) -> tuple[Path, Path, object]:
     """A library exported from a real (small) tune of the demo CNN: (library, its history, the profile)."""
@@ -411,15 +420,12 @@ def test_a_task_the_library_lacks_starts_from_its_nearest_shape_in_place_of_the_
     takes 0.3) and was delivered so: ResNet-18 at 128x128 from a library of 224x224 ran 44x ONNX Runtime. Now each
     compute-bound task the library lacks measures the library's schedule of the nearest shape of its operator,
     adapted, as its one trial; memory-bound tasks still measure their default."""
-    from edgetune.tuning import TuningPipeline, TuneOptions
 
     path, _db, _profile = library_file
     library = load_library(path)
     profile = host_profile(loopback_board, schedules=str(path))
     model = "demo:tiny-cnn@40"  # the library holds the 32x32 CNN: the same operators at other shapes
-    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
-    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
-    lacking = {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
+    extracted, lacking = _tasks_the_library_lacks(library, profile, model, tmp_path)
     summary = tune(profile, loopback_board, tmp_path / "run", model=model, trials=len(extracted))
     assert summary.trials.this_run == len(extracted) and all(t.trials_this_run == 1 for t in summary.tasks)
     classes = summary.kernel_classes()
@@ -464,9 +470,7 @@ def test_failed_library_schedules_fall_back_to_the_measured_default(
     library = load_library(path)
     profile = host_profile(loopback_board, schedules=str(path))
     model = "demo:tiny-cnn@40"
-    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
-    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
-    lacking = {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
+    extracted, lacking = _tasks_the_library_lacks(library, profile, model, tmp_path)
     real = library_phase.measure_candidates
     failed: list[str] = []
 
@@ -1085,15 +1089,12 @@ def test_a_memory_bound_task_the_library_lacks_measures_a_transferred_schedule_b
     model's 47 ms, at two trials per task. With room for two trials, a memory-bound task the library lacks measures
     the library's schedule of its operator beside its default, and the faster is delivered; with one, only the
     default (a channel shuffle ran 5x faster unscheduled)."""
-    from edgetune.tuning import TuningPipeline, TuneOptions
 
     path, _db, _profile = library_file
     library = load_library(path)
     profile = host_profile(loopback_board, schedules=str(path))
     model = "demo:tiny-cnn@40"
-    probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=tmp_path))
-    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
-    lacking = {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
+    extracted, lacking = _tasks_the_library_lacks(library, profile, model, tmp_path)
     roomy = tune(profile, loopback_board, tmp_path / "roomy", model=model, trials=2 * len(extracted), evaluate=False)
     classes = roomy.kernel_classes()
     memory = [t for t in roomy.tasks if classes.get(t.name, "").startswith("memory") and t.name in lacking]

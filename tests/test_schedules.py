@@ -94,11 +94,14 @@ def test_library_round_trip_export_info_import(library_file, tmp_path) -> None:
     assert "budget: not recorded" in "\n".join(load_library(unstated.path).describe())
     # the CLI's export records the zoo a history was built from (a build stopped part-way, exported by hand)
     named = tmp_path / "named.schedules.gz"
+    keras_file = Path(__file__).parent / "data" / "tflite" / "mobilenet.tflite"
     result = run_cli("schedules", "export", str(named), "--db", str(source_db), "--budget", "4", "--zoo", "demo:tiny-cnn",
-                     "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)")
+                     "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)", str(keras_file))
     assert result.returncode == 0, result.stderr[-2000:]
     exported = load_library(named)
-    assert exported.header["zoo"] == ["demo:tiny-cnn", "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)"]
+    # a model file is named with the exporter that wrote it (issue 52)
+    assert exported.header["zoo"] == ["demo:tiny-cnn", "demo:tiny-cnn@16 (2 of its 5 tasks at the budget)",
+                                      "mobilenet.tflite via the TensorFlow Lite converter (MLIR)"]
     # --min-records leaves out the workloads a stopped build barely started
     import tvm_ffi
 

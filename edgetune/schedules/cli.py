@@ -70,7 +70,8 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
                         help="leave out workloads with fewer than N records: a build stopped part-way measured the next "
                         "model's first batch only (default 1: every workload)")
     export.add_argument("--zoo", nargs="+", metavar="SPEC",
-                        help="the models the history was tuned from (recorded in the file, listed by info; put FILE before it)")
+                        help="the models the history was tuned from (recorded in the file, listed by info; a model file is named with "
+                             "the exporter that wrote it; put FILE before it)")
     export.set_defaults(func=_export)
     imp = actions.add_parser("import", help="add a library's schedules to a history (e.g. a team's PostgreSQL history)")
     imp.add_argument("file", metavar="FILE", help="library file to import")
@@ -102,7 +103,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         target = profile.tvm_target()
         library = export_library(history, args.file, target, top_k=args.top_k, budget_per_workload=args.budget,
-                                 zoo=args.zoo or (), conv_layout=layout_name(profile.tuning.conv_layout, target),
+                                 zoo=[_zoo_entry(spec) for spec in args.zoo or ()], conv_layout=layout_name(profile.tuning.conv_layout, target),
                                  min_records=args.min_records)
     finally:
         history.close()
@@ -110,6 +111,14 @@ def _export(args: argparse.Namespace) -> int:
     print(f"wrote {args.file}: {len(library.workloads)} workloads, {sum(len(w.schedules) for w in library.workloads)} "
           f"schedules, {size / 1024:.0f} KiB, family {library.family}")
     return 0
+
+
+def _zoo_entry(spec: str) -> str:
+    """A ``--zoo`` model as the library names it: a model file by its name and the exporter that wrote it."""
+    from ..tasks.provenance import file_writer, zoo_entry
+
+    path = Path(spec)
+    return zoo_entry(spec, file_writer(path)) if not spec.startswith("demo:") and path.is_file() else spec
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from ..errors import OptionError, TuningInterrupted
 from ..schedules.export import export_library
 from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary
+from ..tasks.provenance import model_writer, zoo_entry
 from .progress import ProgressSink, TaskProgress, TuneProgress
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class ModelBuilt:
     stopped: bool = False
     #: with a library to extend: the model's tasks in all, of which only ``tasks`` (those it lacked) were tuned
     of_tasks: int | None = None
+    #: the tool that wrote a model file ("torch.onnx.export (dynamo exporter), PyTorch 2.13.0"); None for a demo
+    writer: str | None = None
 
     def label(self, missing_from: str) -> str:
         """How the library's zoo names it: a model stopped part-way, or tuned only where a library lacked it, says so."""
@@ -62,7 +65,8 @@ class ModelBuilt:
         if self.stopped:
             notes.append(f"{self.tasks_at_budget} of {'them' if self.of_tasks is not None else f'its {self.tasks} tasks'} "
                          "at the budget")
-        return f"{self.spec} ({'; '.join(notes)})" if notes else self.spec
+        entry = zoo_entry(self.spec, self.writer)  # a real export says which exporter wrote it (issue 52)
+        return f"{entry} ({'; '.join(notes)})" if notes else entry
 
 
 class _BuildProgress(ProgressSink):
@@ -139,6 +143,7 @@ def build_library(
         pipeline = TuningPipeline(options, sink)
         sink.stop = pipeline.stop
         target, model = pipeline.check_inputs()
+        writer = None if model is None or spec.startswith("demo:") else model_writer(model.format, model.data)
         extracted = pipeline.extract_tasks(target, model)
         tasks, of_tasks = len(extracted), None
         if missing_from is not None:
@@ -159,7 +164,7 @@ def build_library(
             summary, stopped = TuneSummary.load(out_dir), interrupted
         at_budget = sum(t.trials_before + t.trials_this_run >= budget_per_workload for t in summary.tasks)
         built.append(ModelBuilt(spec, tasks, summary.trials.this_run, summary.trials.in_history_before,
-                                time.monotonic() - started, at_budget, stopped is not None, of_tasks))
+                                time.monotonic() - started, at_budget, stopped is not None, of_tasks, writer))
         say(
             f"[{number}/{len(zoo)}] {spec}: {summary.trials.this_run} trials this run, "
             f"{summary.trials.in_history_before} in the history before, {built[-1].seconds:.0f} s"

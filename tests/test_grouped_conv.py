@@ -24,8 +24,14 @@ from edgetune.tasks.inventory import kernel_inventory
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 
 
-def grouped_model() -> bytes:
-    """stem 3->32, a grouped 3x3 conv of 2 groups (16 channels each), one of 8 groups (4 each), a 1x1 conv, a classifier."""
+#: (input channels, output channels, name, groups, kernel, stride) of :func:`grouped_model`'s default convolutions
+LAYERS = ((3, 32, "stem", 1, 3, 2), (32, 32, "wide_groups", 2, 3, 1), (32, 32, "narrow_groups", 8, 3, 1),
+          (32, 64, "pointwise", 1, 1, 1))
+
+
+def grouped_model(layers: tuple[tuple[int, int, str, int, int, int], ...] = LAYERS) -> bytes:
+    """By default stem 3->32, a grouped 3x3 conv of 2 groups (16 channels each), one of 8 groups (4 each), a 1x1 conv,
+    then a classifier; each convolution with a bias and a ReLU."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -43,13 +49,12 @@ def grouped_model() -> bytes:
         nodes.append(helper.make_node("Relu", [f"{name}_conv"], [name]))
         return name
 
-    x = conv("input", 3, 32, "stem", stride=2)
-    x = conv(x, 32, 32, "wide_groups", group=2)
-    x = conv(x, 32, 32, "narrow_groups", group=8)
-    x = conv(x, 32, 64, "pointwise", kernel=1)
+    x = "input"
+    for cin, cout, name, group, kernel, stride in layers:
+        x = conv(x, cin, cout, name, group=group, kernel=kernel, stride=stride)
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"]))
     nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], axis=1))
-    inits += [numpy_helper.from_array(rng.normal(0, 0.2, (10, 64)).astype(np.float32), "fc_w"),
+    inits += [numpy_helper.from_array(rng.normal(0, 0.2, (10, layers[-1][1])).astype(np.float32), "fc_w"),
               numpy_helper.from_array(rng.normal(0, 0.1, 10).astype(np.float32), "fc_b")]
     nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1))
     graph = helper.make_graph(
@@ -61,11 +66,11 @@ def grouped_model() -> bytes:
     return model.SerializeToString()
 
 
-def _prepared(tmp_path: Path):
+def _prepared(tmp_path: Path, layers=LAYERS, layout: str = "NCHW8c"):
     path = tmp_path / "grouped.onnx"
-    path.write_bytes(grouped_model())
+    path.write_bytes(grouped_model(layers))
     model = load_model(str(path))
-    return path, model, prepare_graph(model, "NCHW8c", "full", TARGET)
+    return path, model, prepare_graph(model, layout, "full", TARGET)
 
 
 def _matches_onnx_runtime(path: Path, model, blocked) -> None:
@@ -123,6 +128,35 @@ def test_grouped_convolutions_with_whole_blocks_per_group_run_blocked(tmp_path: 
     tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
     assert sum("group_conv2d_NCHWc" in t.dispatched[0].script() for t in tasks) == 1
     _matches_onnx_runtime(path, model, blocked)
+
+
+def test_groups_of_eight_channels_run_in_blocks_of_eight_under_blocks_of_sixteen(tmp_path: Path, monkeypatch) -> None:
+    """RegNetY's and ResNeXt-50's 8 channels per group under AVX-512's blocks of 16: each group is a whole half block,
+    so the convolution runs as group_conv2d_NCHWc in NCHW8c, re-blocked from and to a tensor blocked by 16 (48, 64
+    channels) and not at all on one blocked by 8 (40). Before, all three stayed NCHW and started from their untuned
+    loops (16-50 GFLOPS on RegNetY-400MF, 24 of its tasks); 4 channels per group still stay NCHW."""
+    import edgetune.tasks.blocking as blocking
+
+    layers = ((3, 48, "stem", 1, 3, 2), (48, 48, "g6", 6, 3, 1), (48, 64, "p1", 1, 1, 1), (64, 64, "g8", 8, 3, 1),
+              (64, 40, "p2", 1, 1, 1), (40, 40, "g5", 5, 3, 1), (40, 64, "p3", 1, 1, 1), (64, 64, "g16", 16, 3, 1))
+    path, model, blocked = _prepared(tmp_path, layers, "NCHW16c")
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHW16c"]
+    assert entry.status == "applied" and "7 of 8 convolutions in NCHW16c" in entry.detail, entry
+    assert "3 grouped with whole blocks per group" in entry.detail, entry
+    (left,) = blocked.graph.unblocked  # 4 channels per group: no whole block of any size
+    assert left.groups == 16 and "4 input and 4 output channels per group" in left.reason
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
+    grouped = [t.dispatched[0] for t in tasks if "group_conv2d_NCHWc" in t.dispatched[0].script()]
+    assert len(grouped) == 3
+    for func in grouped:  # in blocks of 8, in and out
+        shapes = [[int(d) for d in a.shape] for a in ms.arg_info.ArgInfo.from_entry_func(func, remove_preproc=True)]
+        assert shapes[0][-1] == 8 and shapes[-1][-1] == 8 and shapes[1][-2:] == [8, 8], shapes
+    _matches_onnx_runtime(path, model, blocked)
+    # with the blocked grouped form off, the three stay NCHW, and the summary says their groups were whole half blocks
+    monkeypatch.setattr(blocking, "BLOCK_GROUPED", False)
+    _path, _model, off = _prepared(tmp_path, layers, "NCHW16c")
+    reasons = sorted(conv.reason for conv in off.graph.unblocked)
+    assert sum("whole blocks of 8, but the blocked form is off" in reason for reason in reasons) == 3, reasons
 
 
 def test_the_blocked_grouped_convolution_computes_what_the_nchw_one_does() -> None:

@@ -897,31 +897,38 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
             assert not missing, (spec, missing)
 
 
-def test_the_shipped_library_holds_torchvisions_squeezenet_as_torch_onnx_export_writes_it(tmp_path) -> None:
-    """A real export in the zoo (issue 52): torchvision's SqueezeNet 1.1 (ceil-mode pools: every layer after the stem a
-    shape the edgetune lookalike does not have) through torch.onnx.export. Only 3 of its 29 tasks were in the library
-    and its 512->1000 classifier ran an adapted schedule at 30 GFLOPS; now every task is found exactly. The model is
-    torchvision's definition (tests/torch_models.py: the same workloads as torchvision's own export)."""
+@pytest.mark.parametrize("architecture, entry, tasks", [
+    ("squeezenet1_1", "torchvision:squeezenet1_1@224", 29),
+    ("squeezenet1_0", "squeezenet1_0-224-onnx-torchscript.onnx", 35),
+])
+def test_the_shipped_library_holds_torchvisions_squeezenets_as_torch_onnx_export_writes_them(
+    architecture: str, entry: str, tasks: int, tmp_path
+) -> None:
+    """Real exports in the zoo (issue 52): torchvision's SqueezeNets (ceil-mode pools: every layer after the stem a
+    shape the edgetune lookalikes do not have) through torch.onnx.export. Only 3 of 1.1's 29 tasks and 13 of 1.0's 35
+    were in the library (1.1's 512->1000 classifier ran an adapted schedule at 30 GFLOPS); now every task is found
+    exactly. The models are torchvision's definitions (tests/torch_models.py: the same workloads as torchvision's own
+    exports, checked against them when the library was built)."""
     import torch
 
+    import torch_models
     from edgetune.schedules.use import shipped_libraries
     from edgetune.tasks import load_model, prepare_for_tuning
     from edgetune.tasks.graph import prepare_graph
-    from torch_models import require_torch, squeezenet1_1
 
-    require_torch()
+    torch_models.require_torch()
     library = load_library(next(p for p in shipped_libraries() if p.name.startswith("x86-64-avx512")))
-    entries = [entry for entry in library.header["zoo"] if entry.startswith("torchvision:squeezenet1_1@224")]
+    entries = [zoo for zoo in library.header["zoo"] if zoo.startswith(entry)]
     assert entries and "torch.onnx.export (TorchScript exporter)" in entries[0]  # the zoo says which exporter wrote it
-    assert "torch.onnx.export" in "\n".join(library.describe())  # and `schedules info` shows it
-    path = tmp_path / "squeezenet1_1.onnx"
-    torch.onnx.export(squeezenet1_1(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False, opset_version=17,
-                      input_names=["input"], output_names=["logits"])
+    assert entries[0] in "\n".join(library.describe())  # and `schedules info` shows it
+    path = tmp_path / f"{architecture}.onnx"
+    torch.onnx.export(getattr(torch_models, architecture)(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
+                      opset_version=17, input_names=["input"], output_names=["logits"])
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     prepared = prepare_graph(load_model(str(path)), "auto", "full", target)
-    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
-    assert len(tasks) == 29
-    missing = [t.task_name for t in tasks if library.find(t.dispatched[0]) is None]
+    extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    assert len(extracted) == tasks
+    missing = [t.task_name for t in extracted if library.find(t.dispatched[0]) is None]
     assert not missing, missing
 
 

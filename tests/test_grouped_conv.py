@@ -66,11 +66,11 @@ def grouped_model(layers: tuple[tuple[int, int, str, int, int, int], ...] = LAYE
     return model.SerializeToString()
 
 
-def _prepared(tmp_path: Path, layers=LAYERS, layout: str = "NCHW8c"):
+def _prepared(tmp_path: Path, layers=LAYERS, layout: str = "NCHW8c", **switches):
     path = tmp_path / "grouped.onnx"
     path.write_bytes(grouped_model(layers))
     model = load_model(str(path))
-    return path, model, prepare_graph(model, layout, "full", TARGET)
+    return path, model, prepare_graph(model, layout, "full", TARGET, **switches)
 
 
 def _matches_onnx_runtime(path: Path, model, blocked) -> None:
@@ -85,13 +85,10 @@ def _matches_onnx_runtime(path: Path, model, blocked) -> None:
     assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
 
 
-def test_grouped_convolutions_stay_nchw_alone_the_rest_blocked_and_it_matches_onnx_runtime(tmp_path: Path, monkeypatch) -> None:
-    """With the blocked grouped form off, both grouped convolutions stay NCHW; with it on (the default), the one whose
-    groups are not whole blocks still does."""
-    import edgetune.tasks.blocking as blocking
-
-    monkeypatch.setattr(blocking, "BLOCK_GROUPED", False)
-    path, model, blocked = _prepared(tmp_path)
+def test_grouped_convolutions_stay_nchw_alone_the_rest_blocked_and_it_matches_onnx_runtime(tmp_path: Path) -> None:
+    """With the blocked grouped form off (tuning.block_grouped = false), both grouped convolutions stay NCHW; with it
+    on (the default), the one whose groups are not whole blocks still does."""
+    path, model, blocked = _prepared(tmp_path, block_grouped=False)
     graph = blocked.graph
     (entry,) = [p for p in graph.passes if p.name == "layout-NCHW8c"]
     assert entry.status == "applied", graph.describe()  # before: skipped, the whole graph NCHW
@@ -117,9 +114,9 @@ def test_grouped_convolutions_stay_nchw_alone_the_rest_blocked_and_it_matches_on
 def test_grouped_convolutions_with_whole_blocks_per_group_run_blocked(tmp_path: Path) -> None:
     """The blocked form (group_conv2d_NCHWc), the default: the grouped convolution whose groups are whole blocks runs
     blocked, the other stays NCHW."""
-    import edgetune.tasks.blocking as blocking
+    from edgetune.tasks.recipe import graph_switches
 
-    assert blocking.BLOCK_GROUPED
+    assert graph_switches()["block_grouped"] is True  # the default, and a recorded switch of the recipe
     path, model, blocked = _prepared(tmp_path)
     (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHW8c"]
     assert "3 of 4 convolutions in NCHW8c" in entry.detail and "1 grouped with whole blocks per group" in entry.detail
@@ -130,12 +127,11 @@ def test_grouped_convolutions_with_whole_blocks_per_group_run_blocked(tmp_path: 
     _matches_onnx_runtime(path, model, blocked)
 
 
-def test_groups_of_eight_channels_run_in_blocks_of_eight_under_blocks_of_sixteen(tmp_path: Path, monkeypatch) -> None:
+def test_groups_of_eight_channels_run_in_blocks_of_eight_under_blocks_of_sixteen(tmp_path: Path) -> None:
     """RegNetY's and ResNeXt-50's 8 channels per group under AVX-512's blocks of 16: each group is a whole half block,
     so the convolution runs as group_conv2d_NCHWc in NCHW8c, re-blocked from and to a tensor blocked by 16 (48, 64
     channels) and not at all on one blocked by 8 (40). Before, all three stayed NCHW and started from their untuned
     loops (16-50 GFLOPS on RegNetY-400MF, 24 of its tasks); 4 channels per group still stay NCHW."""
-    import edgetune.tasks.blocking as blocking
 
     layers = ((3, 48, "stem", 1, 3, 2), (48, 48, "g6", 6, 3, 1), (48, 64, "p1", 1, 1, 1), (64, 64, "g8", 8, 3, 1),
               (64, 40, "p2", 1, 1, 1), (40, 40, "g5", 5, 3, 1), (40, 64, "p3", 1, 1, 1), (64, 64, "g16", 16, 3, 1))
@@ -153,8 +149,7 @@ def test_groups_of_eight_channels_run_in_blocks_of_eight_under_blocks_of_sixteen
         assert shapes[0][-1] == 8 and shapes[-1][-1] == 8 and shapes[1][-2:] == [8, 8], shapes
     _matches_onnx_runtime(path, model, blocked)
     # with the blocked grouped form off, the three stay NCHW, and the summary says their groups were whole half blocks
-    monkeypatch.setattr(blocking, "BLOCK_GROUPED", False)
-    _path, _model, off = _prepared(tmp_path, layers, "NCHW16c")
+    _path, _model, off = _prepared(tmp_path, layers, "NCHW16c", block_grouped=False)
     reasons = sorted(conv.reason for conv in off.graph.unblocked)
     assert sum("whole blocks of 8, but the blocked form is off" in reason for reason in reasons) == 3, reasons
 
@@ -188,15 +183,13 @@ def test_the_blocked_grouped_convolution_computes_what_the_nchw_one_does() -> No
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_an_ordinary_blocked_convolutions_schedule_carries_into_the_grouped_one(tmp_path: Path, monkeypatch) -> None:
+def test_an_ordinary_blocked_convolutions_schedule_carries_into_the_grouped_one(tmp_path: Path) -> None:
     """The grouped blocked form is the ordinary blocked convolution's loop nest (one reduction over the group's
     channels, then the kernel), so the library's convolutions give it first candidates: at two trials per task it
     had none and ran near its untuned loops, 2.1x slower than NCHW on RegNetX."""
-    import edgetune.tasks.blocking as blocking
     from edgetune.search.transfer import transfer_decisions
     from edgetune.tasks.signature import anchor_signature, operator_signature
 
-    monkeypatch.setattr(blocking, "BLOCK_GROUPED", True)
     _path, _model, blocked = _prepared(tmp_path)
     tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
     grouped = next(t.dispatched[0] for t in tasks if "group_conv2d_NCHWc" in t.dispatched[0].script())

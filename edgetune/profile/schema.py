@@ -349,6 +349,13 @@ class TuningSettings:
         "-> int32 kernels with the requantization fused (default); off: in float32 between its dequantize and quantize "
         "ops, as TVM's frontend imports it",
     )
+    # grouped convolutions (groups > 1, not depthwise) blocked where their groups are whole (half) blocks
+    # (edgetune/tasks/blocking.py); off: each stays NCHW between layout transforms, as before the blocked form existed
+    block_grouped: bool = declare(
+        _boolean(), True,
+        flag="in a blocked convolution layout, run grouped convolutions (RegNet, ResNeXt) blocked where each group is "
+        "whole blocks of the vector lanes or of half of them (default); --no-block-grouped keeps them in NCHW",
+    )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(
         _nonempty_string(), "auto", metavar="auto|off|FILE",

@@ -2,7 +2,7 @@
 
 ``depthwise_conv2d_nchwc``: TOPI declares the operator but registers no generic
 implementation. ``group_conv2d_nchwc``: a grouped convolution whose groups are
-whole blocks (used with :data:`edgetune.tasks.blocking.BLOCK_GROUPED`).
+whole blocks (unless ``tuning.block_grouped`` is off).
 """
 
 from __future__ import annotations

@@ -29,8 +29,9 @@ steps, and :func:`lower_blocked` the fourth:
    after ``fast-math``, has ``LegalizeOps`` lower blocked convolutions, which it has no lowering for:
    ordinary ones to TOPI's ``conv2d_NCHWc``, depthwise ones to the
    ``depthwise_conv2d_NCHWc`` compute below (TOPI 0.27 declares that operator
-   but registers no generic implementation), and, with :data:`BLOCK_GROUPED`,
-   grouped ones whose groups are whole blocks to ``group_conv2d_NCHWc``.
+   but registers no generic implementation), and, with ``grouped`` (the
+   ``tuning.block_grouped`` switch), grouped ones whose groups are whole blocks
+   to ``group_conv2d_NCHWc``.
 
 Every tensor's block is its channel count's: ``b`` where ``b`` divides it,
 else the half block (for ``b`` of 16). A convolution the blocked layout cannot
@@ -39,7 +40,7 @@ the graph stays blocked: one whose channels do not divide into blocks, and a
 grouped one whose groups are not whole blocks, nor whole half blocks (ResNeXt-50's
 first stage, 4 channels per group). RegNetX's 16 per group run blocked, and,
 under blocks of 16, RegNetY's and ResNeXt-50's 8 per group run in blocks of 8,
-as :data:`BLOCK_GROUPED` says. :func:`unblocked_convolutions`
+unless ``tuning.block_grouped`` is off. :func:`unblocked_convolutions`
 lists them with the reason, for the summary and the kernel inventory.
 """
 
@@ -56,12 +57,12 @@ from tvm import relax, te, topi
 
 from .blocked_computes import depthwise_conv2d_nchwc, group_conv2d_nchwc
 
-#: grouped convolutions whose groups are whole blocks run as ``group_conv2d_NCHWc`` (True, the default) or stay NCHW
-#: between layout transforms (False). The blocked form is an ordinary blocked convolution's loop nest, so the library's
-#: convolutions give it first candidates (edgetune.search.transfer.transfer_decisions): at two trials per task
-#: torchvision's RegNetX-400MF ran 1.19x ONNX Runtime blocked and 2.64x NCHW, ResNeXt-50 1.18x and 1.56x. Before that
-#: transfer the blocked form started from its untuned loops and was 2.1x slower than NCHW (benchmarks/results/real-exports.md)
-BLOCK_GROUPED = True
+#: ``grouped`` (``tuning.block_grouped``, on by default): grouped convolutions whose groups are whole blocks run as
+#: ``group_conv2d_NCHWc``; off, they stay NCHW between layout transforms. The blocked form is an ordinary blocked
+#: convolution's loop nest, so the library's convolutions give it first candidates (transfer_decisions): at two trials
+#: per task torchvision's RegNetX-400MF ran 1.19x ONNX Runtime blocked and 2.64x NCHW, ResNeXt-50 1.18x and 1.56x. Before
+#: that transfer the blocked form started from its untuned loops and was 2.1x slower than NCHW
+#: (benchmarks/results/real-exports.md)
 
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
 _POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
@@ -69,8 +70,10 @@ _UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.n
           "relax.nn.gelu_tanh", "relax.exp", "relax.negative"}
 
 
-def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRModule, str]:
+def block_channels(mod: tvm.IRModule, block: int, target: Any, *, grouped: bool = True) -> tuple[tvm.IRModule, str]:
     """Convolutions of ``mod`` in ``NCHW{block}c``, not yet lowered; the detail line says how many.
+
+    ``grouped``: grouped convolutions whose groups are whole blocks (or whole half blocks) run blocked too.
 
     The blocked convolutions are Relax ops Relax's ``LegalizeOps`` cannot lower:
     :func:`lower_blocked` does, after the passes that still want Relax's
@@ -97,7 +100,7 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any) -> tuple[tvm.IRMo
         rest = tvm.IRModule(converted.functions, attrs=converted.attrs)
         for gvar, func in converted.functions_items():
             if isinstance(func, relax.Function):
-                rest[gvar] = _BlockRest(converted, block).visit_expr(func)
+                rest[gvar] = _BlockRest(converted, block, grouped).visit_expr(func)
         rest = tvm.transform.Sequential(
             [relax.transform.Normalize(), relax.transform.DeadCodeElimination(), relax.transform.FoldConstant()]
         )(rest)
@@ -164,7 +167,7 @@ def unblocked_convolutions(mod: tvm.IRModule, block: int) -> list[UnblockedConv]
             if all(c % block == 0 for c in per_group) or (half and all(c % half == 0 for c in per_group)):
                 whole = "whole blocks" if all(c % block == 0 for c in per_group) else f"whole blocks of {half}"
                 reason = (f"grouped: {per_group[0]} input and {per_group[1]} output channels per group, {whole}, "
-                          "but the blocked form is off (edgetune.tasks.blocking.BLOCK_GROUPED)")
+                          "but the blocked form is off (tuning.block_grouped)")
             else:
                 reason = (f"grouped: {per_group[0]} input and {per_group[1]} output channels per group, "
                           f"which blocks of {block} do not divide")
@@ -287,9 +290,9 @@ class _BlockRest(relax.PyExprMutator):
     transforms that nothing reads.
     """
 
-    def __init__(self, mod: tvm.IRModule, block: int) -> None:
+    def __init__(self, mod: tvm.IRModule, block: int, grouped: bool = True) -> None:
         super().__init__(mod)
-        self.block = block
+        self.block, self.grouped = block, grouped
         # channel counts that blocks of ``block`` do not divide go in half blocks, where those are a vector's worth
         self.half = block // 2 if block >= 16 else None
         self.blocked: dict[relax.Var, relax.Var] = {}
@@ -309,7 +312,7 @@ class _BlockRest(relax.PyExprMutator):
                 self.blocked[var] = source
                 self.set_var_remap(binding.var, var)
                 return
-        if _is_op(value, "relax.nn.conv2d") and _is_grouped_blocked(value) and not BLOCK_GROUPED:
+        if _is_op(value, "relax.nn.conv2d") and _is_grouped_blocked(value) and not self.grouped:
             var = self.builder_.emit(self._grouped_in_nchw(value), binding.var.name)
             self.set_var_remap(binding.var, var)
             return
@@ -504,9 +507,9 @@ class _BlockRest(relax.PyExprMutator):
 
     def _is_grouped_half_blocked(self, call: relax.Call) -> bool:
         """A grouped convolution left in NCHW whose groups are whole half blocks (RegNetY's and ResNeXt-50's 8
-        channels per group under blocks of 16), with :data:`BLOCK_GROUPED`."""
+        channels per group under blocks of 16), unless ``tuning.block_grouped`` is off."""
         attrs = call.attrs
-        if not BLOCK_GROUPED or self.half is None or attrs.groups == 1 or _is_depthwise(call):
+        if not self.grouped or self.half is None or attrs.groups == 1 or _is_depthwise(call):
             return False
         if (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW") or attrs.out_layout not in ("", "NCHW"):
             return False

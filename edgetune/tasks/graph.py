@@ -147,7 +147,7 @@ class GraphReport:
 
 def prepare_graph(
     model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None, *, fast_math: bool = True,
-    integer: bool = True,
+    integer: bool = True, block_grouped: bool = True,
 ) -> Any:
     """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how.
 
@@ -155,6 +155,8 @@ def prepare_graph(
     ``"auto"`` (as imported without one). ``fast_math=False`` leaves out the ``fast-math`` pass: the graph a
     history tuned before that pass existed was extracted from. ``integer=False`` (``tuning.integer = false``)
     leaves a quantized model in float between its dequantizes and quantizes, as the frontend imports it.
+    ``block_grouped=False`` (``tuning.block_grouped = false``) leaves grouped convolutions in NCHW between layout
+    transforms where a blocked layout could block them (:mod:`edgetune.tasks.blocking`).
     """
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
@@ -185,7 +187,7 @@ def prepare_graph(
     if is_blocked(conv_layout):
         # blocked first: it sees sigmoid and SiLU as Relax's elementwise ops and keeps them blocked, where fast-math's
         # call_tir would leave each in NCHW between two layout transforms (EfficientNet's SiLU after every conv)
-        passes += [(layout, _block_channels(block_of(conv_layout, target), target)), *fast]
+        passes += [(layout, _block_channels(block_of(conv_layout, target), target, block_grouped)), *fast]
     elif conv_layout != "as-is":
         passes += [*fast, (layout, _convert_layout(conv_layout))]
     else:
@@ -300,12 +302,12 @@ def vector_lanes(target: Any) -> int:
     return 4
 
 
-def _block_channels(block: int, target: Any) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
+def _block_channels(block: int, target: Any, grouped: bool) -> Callable[[tvm.IRModule], tuple[tvm.IRModule, str]]:
     """Convolutions, depthwise ones included, to ``NCHW{block}c`` (:mod:`edgetune.tasks.blocking`; lowered after)."""
     from .blocking import block_channels
 
     def apply(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
-        return block_channels(mod, block, target)
+        return block_channels(mod, block, target, grouped=grouped)
 
     return apply
 

@@ -56,6 +56,7 @@ import tvm_ffi
 from tvm import relax, te, topi
 
 from .blocked_computes import depthwise_conv2d_nchwc, group_conv2d_nchwc
+from .fold import fold_constants
 
 #: ``grouped`` (``tuning.block_grouped``, on by default): grouped convolutions whose groups are whole blocks run as
 #: ``group_conv2d_NCHWc``; off, they stay NCHW between layout transforms. The blocked form is an ordinary blocked
@@ -94,15 +95,14 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any, *, grouped: bool 
     mod, clips = clips_as_ops(mod)
     with target:
         converted = tvm.transform.Sequential(
-            [relax.transform.ConvertLayout({"relax.nn.conv2d": layouts}), relax.transform.Normalize(),
-             relax.transform.FoldConstant()]
+            [relax.transform.ConvertLayout({"relax.nn.conv2d": layouts}), relax.transform.Normalize(), fold_constants()]
         )(mod)
         rest = tvm.IRModule(converted.functions, attrs=converted.attrs)
         for gvar, func in converted.functions_items():
             if isinstance(func, relax.Function):
                 rest[gvar] = _BlockRest(converted, block, grouped).visit_expr(func)
         rest = tvm.transform.Sequential(
-            [relax.transform.Normalize(), relax.transform.DeadCodeElimination(), relax.transform.FoldConstant()]
+            [relax.transform.Normalize(), relax.transform.DeadCodeElimination(), fold_constants()]
         )(rest)
         kept = _count(rest, lambda call: call.attrs.data_layout == "NCHW")
         blocked_depthwise = _count(rest, lambda call: call.attrs.kernel_layout.startswith("OIHW1i"))
@@ -191,7 +191,7 @@ def lower_blocked(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
     """``mod``'s ops lowered, blocked convolutions to the blocked computes (:func:`_lower_conv2d`)."""
     with target:
         return tvm.transform.Sequential(
-            [relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
+            [fold_constants(), relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
              relax.transform.FoldConstant()]
         )(mod)
 

@@ -78,6 +78,7 @@ from tvm import relax
 
 from ..common.choices import CONV_LAYOUTS, GRAPH_OPTIMIZATIONS
 from ..common.cpu_family import family_of
+from .fold import fold_constants
 
 #: ``tuning.conv_layout = "auto"`` per CPU family: the layout measured better at equal trials per task
 #: (benchmarks/RESULTS.md, ``layout_classes``: on AVX-512 blocked was faster in every class of convolution but
@@ -174,7 +175,7 @@ def prepare_graph(
     if optimization == "full":
         passes += [
             # first: a dense layer's transposed weight and a bias's reshape become the constants the fold needs
-            ("fold-constants", _relax_pass(relax.transform.FoldConstant())),
+            ("fold-constants", _relax_pass(fold_constants())),
             ("fold-batch-norm", fold_batch_norms),
             ("decompose-batch-norm", _decompose_batch_norms),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
@@ -261,7 +262,7 @@ def _convert_layout(layout: str) -> Callable[[tvm.IRModule], tuple[tvm.IRModule,
         passes = [
             relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]}),
             relax.transform.Normalize(),
-            relax.transform.FoldConstant(),
+            fold_constants(),
         ]
         return tvm.transform.Sequential(passes)(mod), f"{_count_ops(mod, 'relax.nn.conv2d')} convolutions"
 

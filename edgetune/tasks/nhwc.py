@@ -12,6 +12,7 @@ import tvm
 from tvm import relax
 
 from .blocking import _BINARY, _count, _is_op, _shape
+from .fold import fold_constants
 
 
 def channels_first(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, int]:
@@ -34,7 +35,7 @@ def channels_first(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, int]:
     with target:
         converted = tvm.transform.Sequential(
             [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"]}), relax.transform.Normalize(),
-             relax.transform.FoldConstant()]
+             fold_constants()]
         )(mod)
     return converted, nhwc
 

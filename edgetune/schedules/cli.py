@@ -158,5 +158,7 @@ def _info(args: argparse.Namespace) -> int:
         for line in load_library(path).describe():
             print(line)
     if not args.file:
-        print("edgetune's zoo (`schedules build` default): " + ", ".join(ZOO))
+        print("edgetune's zoo (`schedules build` default; in-code lookalikes, no exporter): " + ", ".join(ZOO))
+        print("real exports (--zoo FILE ...: a torch.onnx.export, torch.export or TFLite converter file) are named in a "
+              "library's zoo by the exporter that wrote them")
     return 0

@@ -107,16 +107,6 @@ def squeezenet1_1(classes: int = 1000, seed: int = 0):
     the schedule library's real-export entries are checked on it without torchvision, whose compiled operators
     do not load against the CPU-only torch the project pins.
     """
-    return _squeezenet("1_1", classes, seed)
-
-
-def squeezenet1_0(classes: int = 1000, seed: int = 0):
-    """torchvision's SqueezeNet 1.0 (a 7x7 stem of 96 channels, its pools after the third and seventh Fire modules,
-    ceil mode: 109/54/27/13 at 224), as :func:`squeezenet1_1` is 1.1's."""
-    return _squeezenet("1_0", classes, seed)
-
-
-def _squeezenet(version: str, classes: int, seed: int):
     import torch
     from torch import nn
 
@@ -134,27 +124,16 @@ def _squeezenet(version: str, classes: int, seed: int):
             x = self.squeeze_activation(self.squeeze(x))
             return torch.cat([self.expand1x1_activation(self.expand1x1(x)), self.expand3x3_activation(self.expand3x3(x))], 1)
 
-    def pool() -> nn.MaxPool2d:
-        return nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True)
-
     class SqueezeNet(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            if version == "1_0":
-                self.features = nn.Sequential(
-                    nn.Conv2d(3, 96, kernel_size=7, stride=2), nn.ReLU(inplace=True), pool(),
-                    Fire(96, 16, 64, 64), Fire(128, 16, 64, 64), Fire(128, 32, 128, 128), pool(),
-                    Fire(256, 32, 128, 128), Fire(256, 48, 192, 192), Fire(384, 48, 192, 192), Fire(384, 64, 256, 256),
-                    pool(), Fire(512, 64, 256, 256),
-                )
-            else:
-                self.features = nn.Sequential(
-                    nn.Conv2d(3, 64, kernel_size=3, stride=2), nn.ReLU(inplace=True),
-                    pool(), Fire(64, 16, 64, 64), Fire(128, 16, 64, 64),
-                    pool(), Fire(128, 32, 128, 128), Fire(256, 32, 128, 128),
-                    pool(), Fire(256, 48, 192, 192), Fire(384, 48, 192, 192),
-                    Fire(384, 64, 256, 256), Fire(512, 64, 256, 256),
-                )
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 64, kernel_size=3, stride=2), nn.ReLU(inplace=True),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True), Fire(64, 16, 64, 64), Fire(128, 16, 64, 64),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True), Fire(128, 32, 128, 128), Fire(256, 32, 128, 128),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True), Fire(256, 48, 192, 192), Fire(384, 48, 192, 192),
+                Fire(384, 64, 256, 256), Fire(512, 64, 256, 256),
+            )
             self.classifier = nn.Sequential(
                 nn.Dropout(p=0.5), nn.Conv2d(512, classes, kernel_size=1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1))
             )

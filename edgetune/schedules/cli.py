@@ -57,7 +57,8 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     build_parser.add_argument(
         "--missing-from", metavar="FILE|auto",
         help="tune only the tasks whose exact workload this library lacks (auto: the one shipped for the profile's "
-        "CPU family): a model's new layers without tuning again what the library holds; merge the result into it",
+        "CPU family): a model's new layers without tuning again what the library holds, each starting from the "
+        "library's schedules of its neighbours, adapted; merge the result into it",
     )
     build_parser.set_defaults(func=build)
     export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")

@@ -109,7 +109,8 @@ def build_library(
     ``tracker``/``key`` name a board (farm) to measure on; without them the loopback board of this host.
     ``hours``: stop measuring after that long (the batch in flight finishes), write the library of what the
     history holds and return; the same call resumes. Ctrl-C writes it too, then raises as a tune does.
-    ``missing_from``: tune only the tasks whose exact workload that library lacks (a model it holds whole is skipped).
+    ``missing_from``: tune only the tasks whose exact workload that library lacks (a model it holds whole is skipped),
+    each starting from that library's schedules of other shapes and epilogues, adapted.
     """
     from .pipeline import TuneOptions, TuningPipeline
     from .summary import TuneSummary
@@ -122,11 +123,15 @@ def build_library(
         raise OptionError(f"--hours must be > 0, got {hours} instead")
     if not zoo:
         raise OptionError("the zoo must name at least one model, got none instead")
-    # tuned from scratch, each task given the whole budget: the library must not depend on a library, and
-    # the adaptive early stop (which saves a user's trials) would leave most workloads far below the budget;
-    # nor is a task minor (tuning.minor_task_share): a reshape minor in one model can be a model's slowest
+    # each task given the whole budget: the adaptive early stop (which saves a user's trials) would leave most
+    # workloads far below the budget; nor is a task minor (tuning.minor_task_share): a reshape minor in one model can
+    # be a model's slowest. A zoo is tuned from scratch (a library must not depend on a library); the tasks a library
+    # lacks (missing_from) start from that library's schedules of their neighbours, adapted, as a user's tune of them
+    # does: built from scratch at 32 trials, torchvision's SqueezeNet 1.0 layers replayed 1.4-2.3x slower than the
+    # adapted schedules a user's tune measured first (benchmarks/results/real-exports.md, real_exports_library2)
+    start = str(missing_from.path) if missing_from is not None and missing_from.path else "off"
     profile = profile.with_overrides(
-        tuning={"max_trials_per_task": budget_per_workload, "schedules": "off", "early_stop": "none",
+        tuning={"max_trials_per_task": budget_per_workload, "schedules": start, "early_stop": "none",
                 "minor_task_share": 0}
     )
     deadline = None if hours is None else clock() + hours * 3600

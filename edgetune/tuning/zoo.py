@@ -127,8 +127,7 @@ def build_library(
     # workloads far below the budget; nor is a task minor (tuning.minor_task_share): a reshape minor in one model can
     # be a model's slowest. A zoo is tuned from scratch (a library must not depend on a library); the tasks a library
     # lacks (missing_from) start from that library's schedules of their neighbours, adapted, as a user's tune of them
-    # does: built from scratch at 32 trials, torchvision's SqueezeNet 1.0 layers replayed 1.4-2.3x slower than the
-    # adapted schedules a user's tune measured first (benchmarks/results/real-exports.md, real_exports_library2)
+    # does: the build's search then begins where a user's tune would, never below what the library already gives
     start = str(missing_from.path) if missing_from is not None and missing_from.path else "off"
     profile = profile.with_overrides(
         tuning={"max_trials_per_task": budget_per_workload, "schedules": start, "early_stop": "none",

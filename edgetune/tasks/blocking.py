@@ -493,14 +493,11 @@ class _BlockRest(relax.PyExprMutator):
         w = weight.value.numpy()
         out_channels, in_channels, kh, kw = w.shape
         b_in, b_out = self._block_for(in_channels), self._block_for(out_channels)
-        blocked_data = self.blocked.get(data)
-        if blocked_data is None or _lanes(blocked_data) != b_in:
-            blocked_data = self.builder_.emit(_block(data, b_in))
-        # OIHW (O, I, KH, KW) -> OIHW{bi}i{bo}o (O/bo, I/bi, KH, KW, bi, bo)
-        w = w.reshape(out_channels // b_out, b_out, in_channels // b_in, b_in, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        blocked_data = self._in_blocks(data, b_in)
+        w = _oihw_blocked(w, b_in, b_out)
         attrs = call.attrs
         return relax.op.nn.conv2d(
-            blocked_data, relax.const(np.ascontiguousarray(w), weight.value.dtype), strides=attrs.strides,
+            blocked_data, relax.const(w, weight.value.dtype), strides=attrs.strides,
             padding=attrs.padding, dilation=attrs.dilation, groups=1, data_layout=f"NCHW{b_in}c",
             kernel_layout=f"OIHW{b_in}i{b_out}o", out_layout=f"NCHW{b_out}c", out_dtype=attrs.out_dtype,
         )
@@ -526,19 +523,21 @@ class _BlockRest(relax.PyExprMutator):
         layout transforms as NCHW between blocked neighbours."""
         data, weight = call.args
         b = self.half
-        blocked_data = self.blocked.get(data)
-        if blocked_data is None or _lanes(blocked_data) != b:
-            blocked_data = self.builder_.emit(_block(data, b))
-        w = weight.value.numpy()
-        out_channels, group_in, kh, kw = w.shape
-        # OIHW (O, I/groups, KH, KW) -> OIHW{b}i{b}o (O/b, I/groups/b, KH, KW, b, b)
-        w = w.reshape(out_channels // b, b, group_in // b, b, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        blocked_data = self._in_blocks(data, b)
+        w = _oihw_blocked(weight.value.numpy(), b, b)  # the input axis is one group's channels
         attrs = call.attrs
         return relax.op.nn.conv2d(
-            blocked_data, relax.const(np.ascontiguousarray(w), weight.value.dtype), strides=attrs.strides,
+            blocked_data, relax.const(w, weight.value.dtype), strides=attrs.strides,
             padding=attrs.padding, dilation=attrs.dilation, groups=attrs.groups, data_layout=f"NCHW{b}c",
             kernel_layout=f"OIHW{b}i{b}o", out_layout=f"NCHW{b}c", out_dtype=attrs.out_dtype,
         )
+
+    def _in_blocks(self, data: relax.Expr, b: int) -> relax.Expr:
+        """``data`` blocked by ``b``: the blocked tensor it already equals, else a layout transform of it."""
+        blocked = self.blocked.get(data)
+        if blocked is None or _lanes(blocked) != b:
+            blocked = self.builder_.emit(_block(data, b))
+        return blocked
 
     def _pool(self, call: relax.Call) -> relax.Expr:
         """A max/average pooling of a blocked tensor, blocked (TOPI pools any ``NCHW{b}c``)."""
@@ -565,6 +564,13 @@ def _is_grouped_blocked(call: relax.Call) -> bool:
     """A grouped convolution (not depthwise) that ``ConvertLayout`` blocked: each group whole blocks."""
     attrs = call.attrs
     return attrs.groups > 1 and attrs.data_layout != "NCHW" and not attrs.kernel_layout.startswith("OIHW1i")
+
+
+def _oihw_blocked(w: np.ndarray, b_in: int, b_out: int) -> np.ndarray:
+    """An ``OIHW`` weight (O, I, KH, KW) as ``OIHW{b_in}i{b_out}o`` (O/b_out, I/b_in, KH, KW, b_in, b_out)."""
+    out_channels, in_channels, kh, kw = w.shape
+    w = w.reshape(out_channels // b_out, b_out, in_channels // b_in, b_in, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    return np.ascontiguousarray(w)
 
 
 def _lanes(blocked: relax.Expr) -> int:

@@ -128,15 +128,17 @@ def _split_and_permute(index_map: Any, source: np.ndarray) -> np.ndarray | None:
     """A map whose every output index is an input index ``x``, ``x // b`` or ``x % b`` (blocking, unblocking, a
     weight's ``OIHW{i}i{o}o``) as a reshape and a transpose of ``source``; None for any other map."""
     variables = list(index_map.initial_indices)
+
+    def axis_of(expr: Any) -> int | None:
+        return next((i for i, v in enumerate(variables) if expr.same_as(v)), None)
+
     uses: list[tuple[int, str, int]] = []  # (input axis, "whole" | "div" | "mod", block)
     for expr in index_map.final_indices:
         kind = type(expr).__name__
-        if kind in ("Var", "SizeVar") and any(expr.same_as(v) for v in variables):
-            uses.append(([i for i, v in enumerate(variables) if expr.same_as(v)][0], "whole", 1))
-        elif kind in ("FloorDiv", "FloorMod") and type(expr.b).__name__ == "IntImm" and \
-                any(expr.a.same_as(v) for v in variables):
-            axis = [i for i, v in enumerate(variables) if expr.a.same_as(v)][0]
-            uses.append((axis, "div" if kind == "FloorDiv" else "mod", int(expr.b.value)))
+        if kind in ("Var", "SizeVar") and axis_of(expr) is not None:
+            uses.append((axis_of(expr), "whole", 1))
+        elif kind in ("FloorDiv", "FloorMod") and type(expr.b).__name__ == "IntImm" and axis_of(expr.a) is not None:
+            uses.append((axis_of(expr.a), "div" if kind == "FloorDiv" else "mod", int(expr.b.value)))
         else:
             return None
     split: list[tuple[int, ...]] = []  # each input axis as the sub-axes it is split into

@@ -1,5 +1,6 @@
 """The rule that no task ends at an inherited schedule its class beats by far (tuning/lagging.py), and the
-search budget it keeps for such tasks (search/strategy.py TaskLimits)."""
+search budget it keeps for such tasks (search/strategy.py TaskLimits); and which library schedules are measured again
+for running far slower than their record (tuning/library_phase.py)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,18 @@ def test_a_task_whose_search_ends_gives_its_kept_trials_back() -> None:
 def test_without_a_run_budget_nothing_is_kept() -> None:
     limits = TaskLimits()
     assert limits.reserve("classifier", 4) == 0 and limits.take(7, "other") == 7
+
+
+def test_a_library_schedule_is_rechecked_only_when_far_slower_than_its_record_at_the_boards_pace() -> None:
+    """tuning/library_phase.py: a board that runs every library schedule 1.4x slower than the machine that built the
+    library is not suspect; schedules at 3x and 4.5x their record, among others at the board's pace, are."""
+    from edgetune.tuning.library_phase import slow_against_record
+
+    at_pace = {"a": (140.0, 100.0), "b": (280.0, 200.0), "c": (70.0, 50.0)}
+    assert slow_against_record(at_pace, 1.5) == []
+    one_slow = {"a": (100.0, 100.0), "b": (600.0, 200.0), "c": (52.0, 50.0), "d": (90.0, 20.0), "e": (33.0, 30.0)}
+    assert slow_against_record(one_slow, 1.5) == ["d", "b"]  # the slowest against its record first
+    slower_board = {name: (first * 2, recorded) for name, (first, recorded) in one_slow.items()}
+    assert slow_against_record(slower_board, 1.5) == ["d", "b"]  # the same two, at a board twice as slow
+    assert slow_against_record({"a": (300.0, 100.0)}, 1.5) == ["a"]  # under three tasks, the records' own pace
+    assert slow_against_record({"a": (300.0, 100.0)}, 0.0) == []  # off

@@ -140,6 +140,71 @@ def test_the_next_batch_is_searched_and_built_while_the_board_times_the_last(tmp
     assert summary.host_time["ahead"] > 0
 
 
+@pytest.mark.parametrize("scheduler", ["gradient", "ucb"])
+def test_on_a_board_that_shares_the_host_cpu_the_next_batch_is_searched_while_the_last_builds_never_while_it_is_timed(
+    tmp_path, loopback_board, monkeypatch, scheduler
+) -> None:
+    """The embedded board is this host's CPU: a timing taken while the host searches or builds comes out slow. There a
+    task's next batch is searched beside its last batch's builds, nothing is built ahead, and the batch is timed only
+    once the search is done: under MetaSchedule's scheduler (the default, each batch awaited by AwaitingRunner) and
+    edgetune's (which awaits each batch itself there)."""
+    import dataclasses
+
+    import edgetune.measure.pending as pending
+    from edgetune.board.base import EmbeddedBoard
+    from edgetune.tuning import Components, run_tune
+
+    searched = _spy_on_searches_ahead(monkeypatch)
+    spied = Lookahead.search_ahead
+    searching: list[tuple[float, float]] = []  # each search ahead, made slower than the batch's builds
+
+    def slow_search_ahead(self: Lookahead, task: str) -> bool:
+        started = time.monotonic()
+        time.sleep(0.5)  # the board must wait for the search even when the builds are done first
+        try:
+            return spied(self, task)
+        finally:
+            searching.append((started, time.monotonic()))
+
+    monkeypatch.setattr(Lookahead, "search_ahead", slow_search_ahead)
+    building: list[tuple[float, float]] = []  # when the runner waited for a candidate's build, and until when
+    real_resolve = pending.resolve
+
+    def timed_resolve(artifact_path: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return real_resolve(artifact_path)
+        finally:
+            building.append((started, time.monotonic()))
+
+    monkeypatch.setattr(pending, "resolve", timed_resolve)
+    boards: list[SlowBoard] = []
+
+    def wrap(runner: Any) -> Any:
+        boards.append(SlowBoard(runner))
+        return boards[-1]
+
+    with closing(WarmBuilder(timeout_sec=60, max_workers=1)) as builder:
+        options = _options(tmp_path, loopback_board, 16, sampler="none", max_trials_per_task=12, task_scheduler=scheduler)
+        options = dataclasses.replace(options, board=EmbeddedBoard(key="quiet-board", num_threads=1))
+        summary = run_tune(options, components=Components(
+            tasks=[("mm", _matmul(48), 1)], wrap_runner=wrap, builder=builder))
+    (board,) = boards
+    assert summary.search.scheduler_awaits_measurements  # the embedded board's: edgetune's scheduler waits for each batch
+    assert searched, (board.batches, searched)
+    # no search ahead while a batch was timed
+    assert not [
+        (began, ended, start, end) for began, ended in searching for start, end, _n in board.batches
+        if began < end and ended > start
+    ], (searching, board.batches)
+    # but beside a batch's builds: a search ahead began before the runner had the batch built
+    assert any(began < built for began, _ended in searching for _start, built in building), (searching, building)
+    # nothing was built ahead (those builds would run beside a timing); every result is recorded
+    assert builder.stats.ahead == 0 and not any(ahead.builds_started for ahead, _ in searched)
+    assert summary.trials.this_run == board.delivered
+    assert summary.host_time["ahead"] > 0
+
+
 def test_a_stop_during_an_overlapped_batch_keeps_every_measurement_and_stores_none_of_the_next(
     tmp_path, loopback_board, monkeypatch
 ) -> None:

@@ -39,3 +39,10 @@ def record_as_json(record: Any) -> list[Any]:
     """``record.as_json()`` that also holds a layout rewrite: ``[trace, run_secs, target, args_info]``."""
     whole = tvm_ffi.get_global_func("s_tir.meta_schedule.TuningRecordAsJSON")(record)
     return [trace_as_json(record.trace), *(plain_json(part) for part in list(whole)[1:])]
+
+
+def candidate_hash(trace: Any) -> str:
+    """The key the history stores a candidate under (``records.candidate_hash``): what ``retime_candidate`` takes."""
+    from .sql import canonical, sha256
+
+    return sha256(canonical(trace_as_json(trace)))

@@ -15,6 +15,11 @@ yet sent to the board is not sent: its candidates come back unmeasured
 Its futures are also where the tuning thread is seen to wait for a batch
 still on the board: with a lookahead (:mod:`edgetune.search.lookahead`), the
 batch's task searches its next batch first.
+
+On a board that shares the host's CPU (the embedded board), the runner is
+*quiet* (``quiet=True``): that search ahead runs while the batch builds, and
+the batch goes to the board only once the search is done and the tuning thread
+waits, with no build in flight: nothing of the host's runs beside a timing.
 """
 
 from __future__ import annotations
@@ -36,11 +41,15 @@ from ..common.failure import STOPPED_BEFORE_BOARD
 class _Batch:
     """One batch handed to the runner: whose it is, and whether its task searched ahead already."""
 
-    def __init__(self, task: str | None, lookahead: Any) -> None:
+    def __init__(self, task: str | None, lookahead: Any, quiet: bool = False) -> None:
         self.task = task
         self.lookahead = lookahead
         self._fired = False
         self._lock = threading.Lock()
+        #: set once the batch may go to the board; a quiet runner's batch waits for its search ahead first
+        self.ready = threading.Event()
+        if not quiet or task is None or lookahead is None:
+            self.ready.set()
 
     def before_wait(self) -> None:
         """The tuning thread is about to wait for this batch: its task's next batch is searched first (once)."""
@@ -48,7 +57,10 @@ class _Batch:
             if self._fired or self.task is None or self.lookahead is None:
                 return
             self._fired = True
-        self.lookahead.search_ahead(self.task)
+        try:
+            self.lookahead.search_ahead(self.task)
+        finally:
+            self.ready.set()  # the tuning thread waits from here on: the host is quiet
 
 
 @derived_object
@@ -81,14 +93,21 @@ class PendingBuildRunner(ms.runner.PyRunner):
     waited for builds; ``stop``: once set, batches not yet resolved are not sent to the board.
     ``lookahead`` (a :class:`~edgetune.search.lookahead.Lookahead`, read for its ``handed_out`` task and
     asked to ``search_ahead``): a batch's task searches its next batch when the tuning thread would wait.
+    ``quiet``: a batch goes to the board only after that search ahead (the board shares the host's CPU;
+    the task scheduler must wait for every batch, as edgetune's does there).
     """
 
-    def __init__(self, inner: Any, builder: Any = None, stop: threading.Event | None = None, lookahead: Any = None) -> None:
+    def __init__(
+        self, inner: Any, builder: Any = None, stop: threading.Event | None = None, lookahead: Any = None, quiet: bool = False,
+    ) -> None:
         super().__init__()
         self.inner = inner
         self.builder = builder
         self.stop = stop or threading.Event()
         self.lookahead = lookahead
+        self.quiet = quiet
+        self._waiting: set[_Batch] = set()  # quiet batches not yet sent to the board
+        self._waiting_lock = threading.Lock()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgetune-builds")
 
     def run(self, runner_inputs: list[Any]) -> list[Any]:
@@ -97,16 +116,21 @@ class PendingBuildRunner(ms.runner.PyRunner):
             task, self.lookahead.handed_out = self.lookahead.handed_out, None
         if task is None and not any(PendingArtifact.parse(inp.artifact_path) for inp in runner_inputs):
             return self.inner.run(runner_inputs)
-        batch = _Batch(task, self.lookahead)
+        batch = _Batch(task, self.lookahead, self.quiet)
         stages = [concurrent.futures.Future() for _ in runner_inputs]
-        self._executor.submit(self._resolve_then_run, list(runner_inputs), stages)
+        with self._waiting_lock:
+            self._waiting.add(batch)
+        self._executor.submit(self._resolve_then_run, list(runner_inputs), stages, batch)
         return [_Later(stage, batch) for stage in stages]
 
     def close(self) -> None:
         """Wait for the batches handed over (a stopped run's come back unmeasured at once)."""
+        with self._waiting_lock:  # nobody waits for them any more: a quiet batch need not wait for a search
+            for batch in self._waiting:
+                batch.ready.set()
         self._executor.shutdown(wait=True)
 
-    def _resolve_then_run(self, inputs: list[Any], stages: list[concurrent.futures.Future]) -> None:
+    def _resolve_then_run(self, inputs: list[Any], stages: list[concurrent.futures.Future], batch: _Batch) -> None:
         try:
             started = time.perf_counter()
             ready: list[tuple[int, Any]] = []
@@ -120,6 +144,9 @@ class PendingBuildRunner(ms.runner.PyRunner):
                 waited = time.perf_counter() - started
                 with self.builder._stats_lock:  # noqa: SLF001 - the builder's own counters, under its lock
                     self.builder.stats.waited_seconds += waited
+            batch.ready.wait()  # a quiet batch: until the search ahead is done and the tuning thread waits
+            with self._waiting_lock:
+                self._waiting.discard(batch)
             if self.stop.is_set():
                 for index, _inp in ready:
                     stages[index].set_result(ms.runner.RunnerResult(None, f"{STOPPED_BEFORE_BOARD} (stop requested)"))
@@ -136,18 +163,19 @@ class PendingBuildRunner(ms.runner.PyRunner):
 
 @contextmanager
 def builds_beside_search(
-    builder: Any, runner: Any, stop: threading.Event | None, defer: bool = True, lookahead: Any = None,
+    builder: Any, runner: Any, stop: threading.Event | None, defer: bool = True, lookahead: Any = None, quiet: bool = False,
 ) -> Iterator[Any]:
     """Within it, ``builder`` (a :class:`WarmBuilder`) returns at once and the runner to use resolves its builds.
 
     Any other builder (stock MetaSchedule's, passed in) or ``defer=False``: builds awaited by the tuning
-    thread, as before. With neither deferred builds nor a ``lookahead``: ``runner`` as it is.
+    thread, as before. With neither deferred builds nor a ``lookahead``: ``runner`` as it is. ``quiet``:
+    see :class:`PendingBuildRunner`.
     """
     defer = defer and isinstance(builder, WarmBuilder)
     if not defer and lookahead is None:
         yield runner
         return
-    wrapped = PendingBuildRunner(runner, builder, stop, lookahead)
+    wrapped = PendingBuildRunner(runner, builder, stop, lookahead, quiet)
     if defer:
         builder.defer = True
     try:

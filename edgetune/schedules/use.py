@@ -55,6 +55,9 @@ class LibraryChoice:
     #: tasks whose library schedule ran far below their operator class, searched first
     #: (:class:`~edgetune.tuning.lagging.LaggingTask` as dicts)
     searched_first: list[dict[str, Any]] = field(default_factory=list)
+    #: exact library schedules that measured far slower than their record, measured again
+    #: (:class:`~edgetune.tuning.library_phase.RecheckedTask` as dicts)
+    rechecked: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         lib = self.library
@@ -66,6 +69,7 @@ class LibraryChoice:
             "target_family": self.family,
             "message": self.message,
             "searched_first": list(self.searched_first),
+            "rechecked": list(self.rechecked),
         }
 
 

@@ -12,7 +12,11 @@ and the builder start building it (``build_ahead``); then the thread waits.
 The batch is handed out once the results are in, so MetaSchedule's order
 holds: every measured result is recorded and the cost model updated before
 the next batch goes to the board. A board that shares the host's CPU (the
-embedded board) gets no search ahead: its timings would pay for it.
+embedded board) times nothing while the host works: there the search ahead
+runs while the batch builds, nothing is built ahead, and the batch is timed
+only once the search is done and the tuning thread waits (the quiet runner of
+:mod:`edgetune.measure.pending`); the search then overlaps the builds instead
+of the timing.
 
 What the search knows changes by one batch: the proposal ranks with the
 cost model and picks elites from the history as they were before the last

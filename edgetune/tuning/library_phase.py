@@ -7,13 +7,16 @@ tasks whose library schedule runs far below its operator class get search trials
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..common.failure import is_failed
+from ..history.trace_codec import candidate_hash
 from .baseline import mean_or_none, measure_candidates, measure_defaults
 from .callbacks import RecordAndReport, record_all_then_stop
+from .confirm import measure_together
 from .inputs import RunSettings
 from .lagging import TaskStanding, choose_lagging, class_gflops, describe_lagging, reserve_for_lagging
 from .plan import FirstMeasurements, TaskPlan
@@ -65,6 +68,101 @@ def measure_library_schedules(run: RunSettings, first: FirstMeasurements, sessio
     progress.phase = "tuning"
     run.sink.on_phase(progress)
     return sum(map(len, first.library.values()))
+
+
+@dataclass(frozen=True)
+class RecheckedTask:
+    """A task whose exact library schedule measured far slower than the library recorded, measured once more."""
+
+    name: str
+    recorded_us: float  # the library's best record of the workload (on the machine that built it)
+    first_us: float  # as this board first measured it
+    again_us: float | None  # measured again and kept (None: the second measurement failed; the first stands)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "recorded_us": self.recorded_us, "first_us": self.first_us, "again_us": self.again_us}
+
+
+def slow_against_record(measured: Mapping[str, tuple[float, float]], limit: float) -> list[str]:
+    """The tasks whose library schedule measured over ``limit`` times its record, at this board's pace; the slowest first.
+
+    ``measured``: task name -> (latency as measured here, the library's record), in us. The library was
+    recorded on another machine of the family, so a board that runs every schedule 1.3x slower is not
+    suspect: the board's pace is the median of measured / recorded over the tasks (1 under three tasks),
+    and a task is slow when its own ratio exceeds ``limit`` times that pace (and ``limit`` times its record).
+    """
+    if limit <= 0:
+        return []
+    ratios = {name: first / recorded for name, (first, recorded) in measured.items() if recorded > 0 and first > 0}
+    pace = float(np.median(list(ratios.values()))) if len(ratios) >= 3 else 1.0
+    threshold = limit * max(pace, 1.0)
+    return sorted((name for name, ratio in ratios.items() if ratio > threshold), key=lambda name: -ratios[name])
+
+
+def recheck_slow_library_schedules(run: RunSettings, first: FirstMeasurements, session: TuneSession) -> list[RecheckedTask]:
+    """Exact library schedules that measured far slower than their record, built and timed once more; the new time kept.
+
+    At one or two trials per task, the library schedule's one measurement decides what a user gets. It
+    came out 2x slow once, stable within the measurement (SqueezeNet 1.0's largest layer: 1,961 us against
+    a record of 1,029; 1,023 us in the next tune). So a schedule over ``tuning.library_recheck`` times its
+    record, at the board's pace (:func:`slow_against_record`), is measured again; the history keeps the
+    newer time (as :mod:`~edgetune.tuning.confirm` does), so a slow first measurement neither sends the task
+    to the search as lagging nor loses the schedule to a slower one. These are not trials.
+    """
+    library, progress = session.library, session.progress
+    limit = run.profile.tuning.library_recheck
+    if library is None or library.library is None or limit <= 0 or not library.exact:
+        return []
+    exact_tasks = {progress.tasks[i].name: i for i in first.library if i not in first.transferred}
+    standing: dict[str, tuple[float, float]] = {}
+    for name, index in exact_tasks.items():
+        entry = library.library.find(session.contexts[index].mod)
+        if name in library.exact and entry is not None and entry.schedules:
+            standing[name] = (library.exact[name], min(s.latency_us for s in entry.schedules))
+    slow = slow_against_record(standing, limit)
+    if not slow:
+        return []
+    progress.phase = f"measuring again {len(slow)} library schedule(s) that ran over {limit:g}x their record"
+    run.sink.on_phase(progress)
+    rechecked = []
+    for name in slow:
+        if run.stop.event.is_set():
+            break
+        index = exact_tasks[name]
+        ctx, task = session.contexts[index], progress.tasks[index]
+        # the library's schedule that measured fastest here: the first of its ranks that ran at that time
+        fastest = session.history.fastest_candidates(ctx.mod, session.target, len(first.library[index]) + 2)
+        keys = {candidate_hash(c.sch.trace): c for c in first.library[index]}
+        found = [(key, keys[key]) for key, _record in fastest if key in keys]
+        if not found:
+            continue
+        key, candidate = found[0]
+        [run_secs] = measure_together(ctx, [candidate], session.builder, session.runner)
+        again = None
+        if run_secs is not None:
+            session.history.retime_candidate(ctx.mod, session.target, key, run_secs)
+            again = float(np.mean(run_secs)) * 1e6
+            library.exact[name] = again
+            best = session.history.fastest_candidates(ctx.mod, session.target, 1)
+            task.best_sec = float(np.mean([float(x) for x in best[0][1].run_secs])) if best else task.best_sec
+            progress.record_batch(task)
+            run.sink.on_batch(progress, task)
+        first_us, recorded_us = standing[name]
+        rechecked.append(RecheckedTask(name, recorded_us, first_us, again))
+    library.rechecked = [task.to_dict() for task in rechecked]
+    progress.phase = "tuning"
+    run.sink.on_phase(progress)
+    return rechecked
+
+
+def describe_rechecked(rechecked: Sequence[Mapping[str, Any]]) -> str:
+    """One line: the library schedules measured again and what the second measurement said."""
+    parts = [
+        f"{t['name']} (record {t['recorded_us']:.0f} us, first {t['first_us']:.0f}, "
+        f"again {'failed' if t['again_us'] is None else format(t['again_us'], '.0f')})"
+        for t in rechecked
+    ]
+    return f"measured again, far slower than the library's record: {'; '.join(parts)}"
 
 
 def failed_library_defaults(run: RunSettings, first: FirstMeasurements, session: TuneSession) -> list[int]:

@@ -25,7 +25,8 @@ from .components import Runner, TaskScheduler
 from .confirm import ConfirmedTask, mean_sec, measure_together, to_retime
 from .inputs import RunSettings
 from .library_phase import (
-    failed_library_defaults, measure_default_schedules, measure_library_schedules, search_lagging_tasks_first,
+    describe_rechecked, failed_library_defaults, measure_default_schedules, measure_library_schedules,
+    recheck_slow_library_schedules, search_lagging_tasks_first,
 )
 from .plan import FirstMeasurements, SearchPlan, TaskPlan, cap_minor_tasks, per_task_proposals, plan_search
 from .progress import announce
@@ -61,12 +62,13 @@ class _Tally:
 
 
 def runner_for_search(run: RunSettings, session: TuneSession) -> tuple[Runner, bool]:
-    """The runner the search measures with (the caller's wrapper around it, or one that awaits each batch); whether it awaits."""
+    """The runner the search measures with (the caller's wrapper around the board's); whether each batch must be awaited.
+
+    Awaited (:class:`AwaitingRunner`, wrapped by :func:`search`) on a board that shares the host's CPU under
+    MetaSchedule's task schedulers, which would time a batch while the host builds the next one.
+    """
     runner = run.components.wrap_runner(session.runner) if run.components.wrap_runner else session.runner
-    if session.awaits and session.scheduler_name in STOCK_SCHEDULERS and not run.components.wrap_runner:
-        # MetaSchedule's schedulers would time this batch while the host builds the next one
-        return AwaitingRunner(runner), True
-    return runner, False
+    return runner, session.awaits and session.scheduler_name in STOCK_SCHEDULERS
 
 
 def tune(run: RunSettings, plan: TaskPlan, first: FirstMeasurements, session: TuneSession) -> TuneOutcome:
@@ -99,6 +101,9 @@ def tune(run: RunSettings, plan: TaskPlan, first: FirstMeasurements, session: Tu
             if stop.event.is_set():
                 raise StopRequested("stop requested during the warm start")
             tally.library_measured = measure_library_schedules(run, first, session, recorder)
+            rechecked = recheck_slow_library_schedules(run, first, session)
+            if rechecked:
+                announce(sink, plan.remaining, describe_rechecked([task.to_dict() for task in rechecked]))
             failed = failed_library_defaults(run, first, session)
             if failed:
                 announce(sink, plan.remaining, f"the library's schedules failed to build or run for {len(failed)} task(s): "
@@ -135,10 +140,15 @@ def search(
 ) -> None:
     """MetaSchedule's loop over every task: the one ``ms.tune_tasks`` call.
 
-    ``awaiting``: ``runner`` awaits each batch (:class:`AwaitingRunner`), so no build goes on beside the search.
+    ``awaiting``: each batch is awaited (:class:`AwaitingRunner`): no build goes on beside the search then, but
+    for a batch's own, beside its task's search ahead, on a board that shares the host's CPU (a quiet lookahead).
     """
-    beside = run.components.builds_beside and not awaiting
-    with builds_beside_search(session.builder, runner, run.stop.event, beside, session.search_report.lookahead) as search_runner:
+    lookahead = session.search_report.lookahead
+    beside = run.components.builds_beside and (not awaiting or lookahead is not None)
+    # a board that shares the host's CPU: each batch timed only once its task's search ahead is done
+    with builds_beside_search(session.builder, runner, run.stop.event, beside, lookahead, quiet=session.awaits) as search_runner:
+        if awaiting:
+            search_runner = AwaitingRunner(search_runner)
         ms.tune_tasks(
             tasks=session.contexts,
             task_weights=session.weights,

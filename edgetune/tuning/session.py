@@ -285,8 +285,11 @@ def open_session(
     if library.message:
         announce(run.sink, plan.remaining, library.message)
     cost_model = make_cost_model(run)
-    # a board that shares the host's CPU times nothing while the host works: no search ahead there
-    ahead = run.components.search_ahead and not board.awaits_measurements
+    # a board that shares the host's CPU times nothing while the host works: there a task's next batch is searched
+    # while its last one builds, and the batch is timed once that search is done (measure/pending.py, quiet), each
+    # batch awaited (MetaSchedule's schedulers through AwaitingRunner, edgetune's by themselves); a task scheduler
+    # passed in might search and build on while a batch is timed
+    ahead = run.components.search_ahead and (not board.awaits_measurements or run.components.task_scheduler is None)
     report = SearchReport(Lookahead(stop=run.stop.event) if ahead else None, effort=make_effort_sizer(run, plan))
     suggested, per_type = read_suggested(run, history, target, plan)
     limits = plan.new_limits()
@@ -302,7 +305,7 @@ def open_session(
     builder = make_builder(run, cache, claims)
     if isinstance(builder, WarmBuilder):  # a builder passed in (stock MetaSchedule's) has no workers
         stack.callback(builder.close)
-    if report.lookahead is not None:
+    if report.lookahead is not None and not board.awaits_measurements:  # builds ahead would run beside a timing
         report.lookahead.build_ahead = build_ahead_with(builder)
     runner = make_runner(run, address, cache, board.measure_hooks())
     if isinstance(runner, TrackerRunner):

@@ -83,7 +83,8 @@ class HostTime:
     then they overlap the search); ``board``: timing, upload and RPC sessions; ``other``: the rest of the wall
     clock (the task scheduler, callbacks, the history, default and library schedules' overhead), never below 0.
     ``ahead``: of ``search``, what was searched while the board measured the task's last batch
-    (search/lookahead.py): host time the board hid, so not counted again in ``other``.
+    (search/lookahead.py), or, on a board that shares the host's CPU, while its batch built: host time the board or
+    the builds hid, so not counted again in ``other``.
     """
 
     search: float
@@ -113,7 +114,7 @@ class HostTime:
                  ("build", self.build), ("other", self.other)]
         shown = ", ".join(f"{name} {value / self.measured_trials:.3f}" for name, value in parts if value is not None)
         if self.ahead:
-            shown += f"; searched ahead while the board measured {self.ahead / self.measured_trials:.3f}"
+            shown += f"; searched ahead while the board measured or the batch built {self.ahead / self.measured_trials:.3f}"
         return (f"host time {self.per_trial:.3f} s per measured trial ({shown}); board {self.board / self.measured_trials:.3f} s"
                 + (f"; feature rows {self.feature_hits} of {self.feature_hits + self.feature_misses} from the cache"
                    if self.feature_hits + self.feature_misses else ""))
@@ -123,7 +124,8 @@ def host_time(wall: float, search: float, cost_model: CostModel, build: float, b
               ahead: float = 0.0) -> HostTime:
     """The host's share of ``wall`` by component; ``cost_model`` is read for the times it keeps (the random forest).
 
-    ``ahead``: seconds of ``search`` made while the board measured (they overlap ``board``).
+    ``ahead``: seconds of ``search`` made while the board measured (they overlap ``board``), or, on a board that
+    shares the host's CPU, while the batch built (they overlap ``build``).
     """
     from ..costmodel.surrogate import RandomForestModel
 
@@ -309,6 +311,10 @@ class TuneSummary:
                 f"{len(moved)} of {len(self.tasks)} tasks started from the library's schedule of another shape of their "
                 f"operator, adapted; final best / that schedule: median {median:.2f}, {sum(r < 0.995 for r in ratios)} improved on it"
             )
+        if lib.get("rechecked"):
+            from .library_phase import describe_rechecked
+
+            lines.append(describe_rechecked(lib["rechecked"]))
         if lib.get("searched_first"):
             from .lagging import describe_lagging
 

@@ -15,8 +15,10 @@ throwaway tune that pays the process's first-use costs; the load average is
 recorded before and after each row. Rows go to ``--rows`` as they finish; a
 rerun skips those it has.
 
-The embedded board shares the host's CPU, so nothing is searched ahead there
-(``--board embedded``, the default). ``--board tracker`` tunes through a
+The embedded board shares the host's CPU (``--board embedded``, the default):
+there "on" is the quiet lookahead, a task's next batch searched beside its
+last batch's builds and each batch timed only once that search is done
+(``edgetune/measure/pending.py``); nothing is built ahead. ``--board tracker`` tunes through a
 loopback tracker as ``--tracker`` would (a board the pipeline does not wait
 for), and ``--board-sleep S`` adds S seconds per measured candidate, a stand-in
 for a board slower than this host's CPU.

@@ -399,11 +399,11 @@ class TuningSettings:
     # started from the library and runs under lagging_ratio of its class's GFLOPS while it is at least lagging_share
     # of the model gets lagging_trials of the search budget kept for it (0: off)
     lagging_ratio: float = declare(_number(at_least=0), 0.5)
+    lagging_share: float = declare(_number(at_least=0), 0.05)
+    lagging_trials: int = declare(_integer(0), 8)
     # a schedule of a task's exact workload from the library that measures over library_recheck times its record (at
     # the board's pace over the model's library schedules) is measured once more, and the newer time kept (0: off)
     library_recheck: float = declare(_number(at_least=0), 1.5)
-    lagging_share: float = declare(_number(at_least=0), 0.05)
-    lagging_trials: int = declare(_integer(0), 8)
     minor_task_share: float = declare(_number(at_least=0), 0.01)
     minor_task_trials: int = declare(_integer(1), 2)
     # measure each task's untuned code (its default schedule) as one trial before the search, so the

@@ -77,7 +77,7 @@ class RecheckedTask:
     name: str
     recorded_us: float  # the library's best record of the workload (on the machine that built it)
     first_us: float  # as this board first measured it
-    again_us: float | None  # measured again and kept (None: the second measurement failed; the first stands)
+    again_us: float | None  # its library schedules timed again: the best of them (None: all failed; the first times stand)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "recorded_us": self.recorded_us, "first_us": self.first_us, "again_us": self.again_us}
@@ -130,21 +130,19 @@ def recheck_slow_library_schedules(run: RunSettings, first: FirstMeasurements, s
             break
         index = exact_tasks[name]
         ctx, task = session.contexts[index], progress.tasks[index]
-        # the library's schedule that measured fastest here: the first of its ranks that ran at that time
-        fastest = session.history.fastest_candidates(ctx.mod, session.target, len(first.library[index]) + 2)
+        # every library schedule the task measured (its best tuning.library_schedules), timed again side by side
         keys = {candidate_hash(c.sch.trace): c for c in first.library[index]}
-        found = [(key, keys[key]) for key, _record in fastest if key in keys]
-        if not found:
-            continue
-        key, candidate = found[0]
-        [run_secs] = measure_together(ctx, [candidate], session.builder, session.runner)
+        results = measure_together(ctx, list(keys.values()), session.builder, session.runner)
         again = None
-        if run_secs is not None:
-            session.history.retime_candidate(ctx.mod, session.target, key, run_secs)
-            again = float(np.mean(run_secs)) * 1e6
-            library.exact[name] = again
-            best = session.history.fastest_candidates(ctx.mod, session.target, 1)
-            task.best_sec = float(np.mean([float(x) for x in best[0][1].run_secs])) if best else task.best_sec
+        for key, run_secs in zip(keys, results):
+            if run_secs is not None:  # a failure this time keeps the earlier result
+                session.history.retime_candidate(ctx.mod, session.target, key, run_secs)
+        after = session.history.fastest_candidates(ctx.mod, session.target, len(keys) + 2)
+        timed = [_mean_us(record) for k, record in after if k in keys]
+        if any(run_secs is not None for run_secs in results) and timed:
+            again = min(timed)
+            library.exact[name] = again  # the library's schedules as measured here now
+            task.best_sec = _mean_us(after[0][1]) / 1e6
             progress.record_batch(task)
             run.sink.on_batch(progress, task)
         first_us, recorded_us = standing[name]
@@ -153,6 +151,10 @@ def recheck_slow_library_schedules(run: RunSettings, first: FirstMeasurements, s
     progress.phase = "tuning"
     run.sink.on_phase(progress)
     return rechecked
+
+
+def _mean_us(record: Any) -> float:
+    return float(np.mean([float(x) for x in record.run_secs])) * 1e6
 
 
 def describe_rechecked(rechecked: Sequence[Mapping[str, Any]]) -> str:

@@ -146,6 +146,24 @@ def test_blocks_alternate_and_each_waits_for_a_pause() -> None:
     assert times == {"tuned": [0.0, 3.0, 4.0], "onnxruntime": [1.0, 2.0, 5.0]}
 
 
+def test_a_warm_up_calls_until_its_time_has_passed_and_at_least_once() -> None:
+    """After a pause a runtime's threads need tens of ms to run at full speed: one call is not a warm-up."""
+    from edgetune.board.baseline import warm_up
+
+    now = [0.0]
+    calls: list[float] = []
+
+    def call() -> None:
+        calls.append(now[0])
+        now[0] += 0.03  # each call takes 30 ms on the fake clock
+
+    assert warm_up(call, 0.1, clock=lambda: now[0]) == 4  # 0.03, 0.06, 0.09, 0.12 >= 0.1
+    assert calls == pytest.approx([0.0, 0.03, 0.06, 0.09])
+    calls.clear()
+    assert warm_up(call, 0.0, clock=lambda: now[0]) == 1  # no warm-up time: the protocol's one untimed call
+    assert len(calls) == 1
+
+
 def test_tune_baseline_times_each_runtime_alone_in_alternating_blocks(tmp_path, monkeypatch) -> None:
     """What `tune --baseline` runs on the embedded board: the block protocol, ONNX Runtime with its default options."""
     import onnxruntime
@@ -175,7 +193,14 @@ def test_tune_baseline_times_each_runtime_alone_in_alternating_blocks(tmp_path, 
         options_made.append(made)
         return made
 
+    real_warm_up = baseline.warm_up
+
+    def warm_up(call, seconds=baseline.WARMUP_SEC, clock=None):
+        events.append(f"warm-up {seconds}")
+        return real_warm_up(call, seconds)
+
     monkeypatch.setattr(baseline, "time_in_blocks", spy)
+    monkeypatch.setattr(baseline, "warm_up", warm_up)
     monkeypatch.setattr(onnxruntime, "SessionOptions", options)
     profile = load_profile("host").with_overrides(tuning={"baseline": "onnxruntime"})
     summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=2))
@@ -190,8 +215,10 @@ def test_tune_baseline_times_each_runtime_alone_in_alternating_blocks(tmp_path, 
     expected = []
     for index in range(rounds):
         order = ["tuned", "onnxruntime"] if index % 2 == 0 else ["onnxruntime", "tuned"]
-        expected += [item for name in order for item in (f"pause {baseline.BLOCK_PAUSE_SEC}", name)]
-    assert events == expected
+        expected += [item for name in order
+                     for item in (f"pause {baseline.BLOCK_PAUSE_SEC}", name, f"warm-up {baseline.WARMUP_SEC}")]
+    assert events == expected  # every block warmed up after its pause, before it is timed
+    assert f"{baseline.WARMUP_SEC:g} s of untimed calls before every block" in result["protocol"]
     # the user's defaults: no spinning switch, the profile's threads
     [made] = options_made
     assert made.intra_op_num_threads == profile.device.num_threads

@@ -13,14 +13,18 @@ the one every comparison edgetune makes uses (``tune --baseline``, ``deploy
   (XNNPACK), both with the profile's thread count;
 * each timed alone, in blocks (:func:`time_in_blocks`): a pause of
   :data:`BLOCK_PAUSE_SEC` before every block, so that the other runtime's
-  threads have stopped spinning and the cores are idle, then one untimed call
-  and ``number`` timed ones;
+  threads have stopped spinning and the cores are idle, then untimed calls for
+  :data:`WARMUP_SEC` (:func:`warm_up`) and ``number`` timed ones;
 * the rounds alternate which runtime goes first; medians over rounds.
 
 Before, ONNX Runtime's spinning was turned off so that interleaved rounds did
 not slow TVM's; that slowed ONNX Runtime itself by 1.5-1.8x on 2 cores and
 flattered the tuned model (benchmarks/baseline_protocol.py measures both
-against each runtime timed alone in its own process).
+against each runtime timed alone in its own process). And a block began with
+one untimed call: on a 2-vCPU VM, LiteRT's second thread stayed slow for the
+whole block after a pause in about half the blocks (MobileNetV2 1.7-1.8 ms
+back to back, 3.3-4.3 ms in those blocks, its one-thread time), so the
+verdict swung by 2x between runs; 50 ms of calls brought it back every time.
 
 On a provisioned board the same file runs as a script (``python baseline.py
 RUNTIME --artifact model.so --model FILE --input NAME=x.npy``, printing the
@@ -48,6 +52,8 @@ INTEGER_IDENTICAL = 0.99
 BLOCK_PAUSE_SEC = 0.5
 #: a block lasts at least this long (s): a fast model is called more than ``number`` times
 MIN_BLOCK_SEC = 0.02
+#: seconds of untimed calls after the pause, before a block is timed: a runtime's threads back at full speed
+WARMUP_SEC = 0.1
 
 
 @dataclass
@@ -146,6 +152,22 @@ def time_in_blocks(
     return times
 
 
+def warm_up(call: Callable[[], Any], seconds: float = WARMUP_SEC,
+            clock: Callable[[], float] = time.perf_counter) -> int:
+    """Call ``call`` until ``seconds`` have passed (at least once); returns how many calls that took.
+
+    One call after an idle pause is not enough: a thread pool's workers can take tens of milliseconds to come
+    back to full speed, and a block timed during that measures the runtime on fewer cores than it has.
+    """
+    started = clock()
+    calls = 0
+    while True:
+        call()
+        calls += 1
+        if clock() - started >= seconds:
+            return calls
+
+
 def compare_with_baseline(
     runtime: str,
     artifact: str | os.PathLike[str],
@@ -157,6 +179,7 @@ def compare_with_baseline(
     number: int = 10,
     allow_spinning: bool | None = None,
     pause_sec: float = BLOCK_PAUSE_SEC,
+    warmup_sec: float = WARMUP_SEC,
     given_as: str = "",
 ) -> BaselineResult:
     """Time ``artifact`` (a compiled Relax module) and ``runtime`` on the same ``inputs``, each alone in blocks.
@@ -164,7 +187,8 @@ def compare_with_baseline(
     ``model_bytes`` is the model file in the runtime's format (:data:`RUNTIME_FORMATS`; None: the model was
     given in another, named by ``given_as``, and could not be converted; bytes with another ``given_as``:
     converted from it, which the protocol says). ``allow_spinning``: None keeps ONNX Runtime's default (its
-    threads spin); True or False sets it, for the benchmark that compares protocols. Never raises for a
+    threads spin); True or False sets it, for the benchmark that compares protocols, as ``warmup_sec=0`` (one
+    untimed call per block) is the protocol before :func:`warm_up`. Never raises for a
     missing runtime or model: the result's ``error`` says why.
     """
     if runtime not in RUNTIME_NAMES:
@@ -192,11 +216,11 @@ def compare_with_baseline(
     timer = vm.time_evaluator("main", tvm.cpu(), number=calls, repeat=1)
 
     def tuned_block() -> float:
-        vm["main"](*args)  # untimed: wakes TVM's thread pool after the pause
+        warm_up(lambda: vm["main"](*args), warmup_sec)  # untimed: TVM's thread pool back at full speed
         return float(timer(*args).mean) * 1e3
 
     def baseline_block() -> float:
-        run(feed)  # untimed: wakes the runtime's threads after the pause
+        warm_up(lambda: run(feed), warmup_sec)  # untimed: the runtime's threads back at full speed
         started = time.perf_counter()
         for _ in range(calls):
             run(feed)
@@ -215,7 +239,8 @@ def compare_with_baseline(
         baseline_spread_ms=(min(baseline_ms), max(baseline_ms)), tuned_spread_ms=(min(tuned_ms), max(tuned_ms)),
         max_rel_diff=rel, outputs_match=match, identical=identical,
         protocol=f"each runtime alone: {rounds} alternating rounds of one {calls}-call block each, "
-        f"{pause_sec:g} s pause before every block, {threads} threads, median" + settings
+        f"{pause_sec:g} s pause and {warmup_sec:g} s of untimed calls before every block, {threads} threads, median"
+        + settings
         + (f"; the model exported from {FORMAT_NAMES.get(given_as, given_as)}"
            if given_as and given_as != RUNTIME_FORMATS[runtime] else ""),
     )

@@ -106,8 +106,9 @@ def recheck_slow_library_schedules(run: RunSettings, first: FirstMeasurements, s
     came out 2x slow once, stable within the measurement (SqueezeNet 1.0's largest layer: 1,961 us against
     a record of 1,029; 1,023 us in the next tune). So a schedule over ``tuning.library_recheck`` times its
     record, at the board's pace (:func:`slow_against_record`), is measured again; the history keeps the
-    newer time (as :mod:`~edgetune.tuning.confirm` does), so a slow first measurement neither sends the task
-    to the search as lagging nor loses the schedule to a slower one. These are not trials.
+    faster of its two times (a busy host only ever adds time: under CI load a second time came out slower
+    than the first), so a slow first measurement neither sends the task to the search as lagging nor
+    loses the schedule to a slower one. These are not trials.
     """
     library, progress = session.library, session.progress
     limit = run.profile.tuning.library_recheck
@@ -132,10 +133,13 @@ def recheck_slow_library_schedules(run: RunSettings, first: FirstMeasurements, s
         ctx, task = session.contexts[index], progress.tasks[index]
         # every library schedule the task measured (its best tuning.library_schedules), timed again side by side
         keys = {candidate_hash(c.sch.trace): c for c in first.library[index]}
+        before = {k: _mean_us(record) for k, record in
+                  session.history.fastest_candidates(ctx.mod, session.target, len(keys) + 2) if k in keys}
         results = measure_together(ctx, list(keys.values()), session.builder, session.runner)
         again = None
         for key, run_secs in zip(keys, results):
-            if run_secs is not None:  # a failure this time keeps the earlier result
+            # a failure this time keeps the earlier result, and so does a slower time: noise only ever adds time
+            if run_secs is not None and (key not in before or _mean_secs(run_secs) * 1e6 < before[key]):
                 session.history.retime_candidate(ctx.mod, session.target, key, run_secs)
         after = session.history.fastest_candidates(ctx.mod, session.target, len(keys) + 2)
         timed = [_mean_us(record) for k, record in after if k in keys]
@@ -154,7 +158,11 @@ def recheck_slow_library_schedules(run: RunSettings, first: FirstMeasurements, s
 
 
 def _mean_us(record: Any) -> float:
-    return float(np.mean([float(x) for x in record.run_secs])) * 1e6
+    return _mean_secs(record.run_secs) * 1e6
+
+
+def _mean_secs(run_secs: Sequence[Any]) -> float:
+    return float(np.mean([float(x) for x in run_secs]))
 
 
 def describe_rechecked(rechecked: Sequence[Mapping[str, Any]]) -> str:

@@ -66,6 +66,20 @@ def test_the_verdict_reads_the_right_way_round() -> None:
     assert slower.line() == "tuned 2.500 ms; ONNX Runtime 1.000 ms on this board: 2.50x slower"
 
 
+def test_a_verdict_from_blocks_that_spread_wide_says_its_timings_were_unsteady() -> None:
+    """On a busy board (or this 2-vCPU VM) one runtime's blocks can swing 2x: the user is told the ratio is rough."""
+    steady = BaselineResult("litert", baseline_ms=1.8, tuned_ms=2.0, outputs_match=True, max_rel_diff=0.0,
+                            baseline_spread_ms=(1.7, 1.9), tuned_spread_ms=(1.95, 2.1))
+    assert "unsteady" not in steady.line()
+    swinging = BaselineResult("litert", baseline_ms=1.8, tuned_ms=2.0, outputs_match=True, max_rel_diff=0.0,
+                              baseline_spread_ms=(1.7, 4.2), tuned_spread_ms=(1.95, 2.1))
+    assert swinging.line() == ("tuned 2.000 ms; LiteRT 1.800 ms on this board: 1.11x slower; "
+                               "unsteady timings (LiteRT 1.700-4.200 ms): time again on an idle board")
+    both = BaselineResult("litert", baseline_ms=1.8, tuned_ms=2.0, outputs_match=True, max_rel_diff=0.0,
+                          baseline_spread_ms=(1.7, 4.2), tuned_spread_ms=(1.9, 3.6))
+    assert "(tuned 1.900-3.600 ms, LiteRT 1.700-4.200 ms)" in both.line()
+
+
 def test_integer_outputs_agree_as_the_int8_goal_says_and_never_wrap() -> None:
     """A quantized model's int8 outputs: compared as int64 (127 against -128 is 255 apart, not 1), and agreeing
     when 99% are identical and the rest one quantum off, as two int8 runtimes' requantizations do."""

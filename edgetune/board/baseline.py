@@ -54,6 +54,8 @@ BLOCK_PAUSE_SEC = 0.5
 MIN_BLOCK_SEC = 0.02
 #: seconds of untimed calls after the pause, before a block is timed: a runtime's threads back at full speed
 WARMUP_SEC = 0.1
+#: a runtime whose blocks spread more than this share of its median (max - min) is called unsteady in the verdict
+UNSTEADY_SPREAD = 0.3
 
 
 @dataclass
@@ -92,7 +94,18 @@ class BaselineResult:
         elif self.identical is not None:
             agree = f"; {self.identical:.1%} of outputs identical" + (", the rest within one quantum" if
                                                                       self.outputs_match else agree)
-        return f"tuned {self.tuned_ms:.3f} ms; {name} {self.baseline_ms:.3f} ms on this board: {verdict}{agree}"
+        return (f"tuned {self.tuned_ms:.3f} ms; {name} {self.baseline_ms:.3f} ms on this board: {verdict}{agree}"
+                + self._unsteady(name))
+
+    def _unsteady(self, name: str) -> str:
+        """``; unsteady timings (...)`` where a runtime's blocks spread wide: the board was busy, the ratio is rough."""
+        wide = [
+            f"{label} {spread[0]:.3f}-{spread[1]:.3f} ms"
+            for label, median, spread in (("tuned", self.tuned_ms, self.tuned_spread_ms),
+                                          (name, self.baseline_ms, self.baseline_spread_ms))
+            if spread is not None and median and (spread[1] - spread[0]) > UNSTEADY_SPREAD * median
+        ]
+        return f"; unsteady timings ({', '.join(wide)}): time again on an idle board" if wide else ""
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "speedup": self.speedup}

@@ -809,6 +809,47 @@ def test_a_build_missing_from_a_library_tunes_only_what_the_library_lacks(tmp_pa
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "no.db").exists()
 
 
+def test_a_deepening_build_tunes_each_models_heaviest_tasks_from_the_librarys_schedules(library_file, tmp_path, loopback_board) -> None:
+    """`schedules build --heaviest 1 --start-from LIB`: only the task with the most FLOPs x repeats is tuned, it starts
+    from the library's schedule of its own workload (not from scratch), and the library written says so."""
+    from edgetune.tasks.flops import task_flops
+    from edgetune.tuning.zoo import build_library, heaviest_tasks
+
+    path, _db, profile = library_file
+    library = load_library(path)
+    extracted, _lacked = _tasks_the_library_lacks(library, profile, "demo:tiny-cnn", tmp_path / "probe")
+    work = {task.task_name: task_flops(task.dispatched[0]) * float(task.weight) for task in extracted}
+    heaviest = max(work, key=work.get)
+    assert sorted(work.values())[-1] > sorted(work.values())[-2] > 0, work  # one heaviest, so the check below can fail
+    assert [task.task_name for task in heaviest_tasks(extracted, 1)] == [heaviest]
+    assert library.find(next(t for t in extracted if t.task_name == heaviest).dispatched[0]) is not None
+
+    said: list[str] = []
+    tracker = f"{loopback_board.host}:{loopback_board.port}"
+    built, deep = build_library(["demo:tiny-cnn"], profile, f"sqlite:///{tmp_path / 'deep.db'}", budget_per_workload=3,
+                                work_dir=tmp_path / "deep", out=tmp_path / "deep.schedules.gz", tracker=tracker,
+                                key=loopback_board.key, heaviest=1, start_from=library, say=said.append)
+    summary = json.loads((tmp_path / "deep" / "tiny-cnn" / "summary.json").read_text())
+    assert [task["name"] for task in summary["tasks"]] == [heaviest]
+    assert summary["schedules"]["used"] and summary["schedules"]["library"] == str(path)
+    assert summary["tasks"][0]["library_latency_us"] is not None  # its own workload's schedule measured first
+    assert [(b.tasks, b.of_tasks) for b in built] == [(1, len(extracted))]
+    label = f"demo:tiny-cnn (the heaviest one of its {len(extracted)} tasks; started from {path.name})"
+    assert deep is not None and deep.header["zoo"] == [label]
+    assert f"[1/1] demo:tiny-cnn: 1 task (the heaviest one of its {len(extracted)} tasks; started from {path.name}), " \
+           "up to 3 trials" in said, said
+
+    for options, message in [
+        (["--heaviest", "0"], "edgetune: error: --heaviest must be >= 1 task per model, got 0 instead"),
+        (["--missing-from", str(path), "--start-from", str(path)], "edgetune: error: --start-from must be left out with --missing-from"),
+        (["--start-from", str(tmp_path / "none.schedules.gz")], "edgetune: error: --start-from must name a library of this profile's family"),
+    ]:
+        done = run_cli("schedules", "build", "--budget", "1", "--db", f"sqlite:///{tmp_path / 'no.db'}", "--zoo",
+                       "demo:tiny-cnn", *options, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "no.db").exists()
+
+
 def test_the_last_batch_is_cut_to_the_runs_budget(tmp_path, loopback_board) -> None:
     """--trials is a limit: MetaSchedule counts whole batches, so 5 tasks x 2 would spend 10 of a search budget of 9."""
     from edgetune.profile import load_profile

@@ -13,6 +13,7 @@ EPILOG = """examples:
   edgetune schedules import team.schedules.gz --db postgresql://tuner@db-host/edgetune
   edgetune schedules info team.schedules.gz
   edgetune schedules build --budget 32 --db gap.db --out gap.schedules.gz --zoo net.onnx --missing-from auto
+  edgetune schedules build --budget 128 --db deep.db --out deep.schedules.gz --zoo net.onnx --heaviest 4 --start-from auto
   edgetune schedules merge shipped.schedules.gz more.schedules.gz --out all.schedules.gz
   edgetune tune --profile host --model net.onnx --schedules team.schedules.gz
 
@@ -59,6 +60,16 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
         help="tune only the tasks whose exact workload this library lacks (auto: the one shipped for the profile's "
         "CPU family): a model's new layers without tuning again what the library holds, each starting from the "
         "library's schedules of its neighbours, adapted; merge the result into it",
+    )
+    build_parser.add_argument(
+        "--heaviest", type=int, metavar="N",
+        help="tune only each model's N tasks with the most floating-point work (FLOPs times the times the model runs "
+        "them; of those --missing-from lacks when given): a deeper --budget where a model's time is",
+    )
+    build_parser.add_argument(
+        "--start-from", metavar="FILE|auto",
+        help="start every task from this library's schedules (its own workload's, else its neighbours', adapted) "
+        "instead of from scratch, so the build deepens what the library gives; then `schedules merge` it in",
     )
     build_parser.set_defaults(func=build)
     export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")

@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from ..errors import LibraryError
+from ..tasks.flops import task_flops
 from .library import DEFAULT_TOP_K, LIBRARY_FORMAT, LIBRARY_VERSION, LibrarySchedule, LibraryWorkload, ScheduleLibrary, write_library
 
 
@@ -59,7 +60,7 @@ def export_library(
         if counts[shash] < min_records:
             continue
         mod = mods[shash]
-        flops = _flops(mod)
+        flops = task_flops(mod)
         schedules = _fastest_distinct(entries, flops, top_k, target_json, counts[shash])
         workloads.append(LibraryWorkload(shash, tvm.ir.save_json(mod), list(operator_signature(mod)), flops, schedules,
                                          defaults.get(shash)))
@@ -142,15 +143,6 @@ def _fastest_distinct(
 def _mean(run_secs: Any) -> float:
     values = [float(x) for x in run_secs]
     return sum(values) / len(values) if values else float("inf")
-
-
-def _flops(mod: Any) -> float:
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    try:
-        return float(estimate_tir_flops(mod))
-    except Exception:  # noqa: BLE001 - some fused functions have no countable loops
-        return 0.0
 
 
 # --------------------------------------------------------------------------- reading

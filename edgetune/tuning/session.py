@@ -21,7 +21,6 @@ import numpy as np
 import tvm.s_tir.meta_schedule as ms
 from tvm.s_tir.meta_schedule import ExtractedTask, TuneContext
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-from tvm.ir import IRModule
 from tvm.target import Target
 
 from ..board.base import Board, MeasureHooks
@@ -41,6 +40,7 @@ from ..search.strategy import AdaptiveSearch, SearchReport
 from ..search.transfer import best_similar_records, cached_signature, transferred_candidates
 from ..schedules.use import LibraryChoice
 from ..tasks import LoadedModel
+from ..tasks.flops import task_flops
 from ..tasks.signature import operator_signature
 from .cache import CandidateCache
 from .callbacks import RecordAndReport
@@ -254,7 +254,7 @@ def read_suggested(run: RunSettings, history: TuningHistory, target: Target, pla
 def progress_of(plan: TaskPlan, contexts: list[TuneContext], weights: list[float], history: TuningHistory, target: Target) -> TuneProgress:
     """The run's progress record: each task with its weight, FLOPs, history and best so far."""
     tasks = [
-        TaskProgress(index=i, name=ctx.task_name, weight=w, flops=_task_flops(ctx.mod), previous_trials=n)
+        TaskProgress(index=i, name=ctx.task_name, weight=w, flops=task_flops(ctx.mod), previous_trials=n)
         for i, (ctx, w, n) in enumerate(zip(contexts, weights, plan.previous))
     ]
     for ctx, task in zip(contexts, tasks):
@@ -262,15 +262,6 @@ def progress_of(plan: TaskPlan, contexts: list[TuneContext], weights: list[float
         if best is not None:
             task.best_sec = float(np.mean([float(x) for x in best.run_secs]))
     return TuneProgress(budget=plan.remaining, tasks=tasks)
-
-
-def _task_flops(mod: IRModule) -> float:
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    try:
-        return float(estimate_tir_flops(mod))
-    except Exception:  # some fused functions have no countable loops
-        return 0.0
 
 
 def open_session(

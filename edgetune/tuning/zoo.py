@@ -31,6 +31,7 @@ from ..tasks.provenance import model_writer, zoo_entry
 from .progress import ProgressSink, TaskProgress, TuneProgress
 
 if TYPE_CHECKING:
+    from tvm.s_tir.meta_schedule import ExtractedTask
     from tvm.target import Target
 
     from ..common.interrupts import StopSignal
@@ -55,11 +56,15 @@ class ModelBuilt:
     of_tasks: int | None = None
     #: the tool that wrote a model file ("torch.onnx.export (dynamo exporter), PyTorch 2.13.0"); None for a demo
     writer: str | None = None
+    #: which of its tasks were tuned when not all ("the 4 heaviest of its 120 tasks"); None: all of them
+    chosen: str | None = None
 
-    def label(self, missing_from: str) -> str:
-        """How the library's zoo names it: a model stopped part-way, or tuned only where a library lacked it, says so."""
+    def label(self, missing_from: str = "the library") -> str:
+        """How the library's zoo names it: a model stopped part-way, or tuned only in part, says so."""
         notes = []
-        if self.of_tasks is not None:
+        if self.chosen is not None:
+            notes.append(self.chosen)
+        elif self.of_tasks is not None:
             notes.append(f"{'the ' + str(self.tasks) if self.tasks > 1 else 'the one'} of its {self.of_tasks} tasks "
                          f"{missing_from} lacked")
         if self.stopped:
@@ -101,6 +106,8 @@ def build_library(
     key: str | None = None,
     hours: float | None = None,
     missing_from: ScheduleLibrary | None = None,
+    heaviest: int | None = None,
+    start_from: ScheduleLibrary | None = None,
     say: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[ModelBuilt], ScheduleLibrary | None]:
@@ -111,6 +118,11 @@ def build_library(
     history holds and return; the same call resumes. Ctrl-C writes it too, then raises as a tune does.
     ``missing_from``: tune only the tasks whose exact workload that library lacks (a model it holds whole is skipped),
     each starting from that library's schedules of other shapes and epilogues, adapted.
+    ``heaviest``: tune only each model's ``heaviest`` tasks by floating-point work (FLOPs times the times the model
+    runs the task), of those ``missing_from`` lacks when given: a deeper budget where the model's time is.
+    ``start_from``: every task starts from that library's schedules (its own workload's, else its neighbours',
+    adapted), so the build deepens what the library gives instead of starting from scratch; merge the result
+    into it (``schedules merge`` keeps each workload's fastest).
     """
     from .pipeline import TuneOptions, TuningPipeline
     from .summary import TuneSummary
@@ -123,12 +135,19 @@ def build_library(
         raise OptionError(f"--hours must be > 0, got {hours} instead")
     if not zoo:
         raise OptionError("the zoo must name at least one model, got none instead")
+    if heaviest is not None and heaviest < 1:
+        raise OptionError(f"--heaviest must be >= 1 task per model, got {heaviest} instead")
+    if missing_from is not None and start_from is not None:
+        raise OptionError("--start-from must be left out with --missing-from (whose tasks start from its library "
+                          "already), got both instead")
     # each task given the whole budget: the adaptive early stop (which saves a user's trials) would leave most
     # workloads far below the budget; nor is a task minor (tuning.minor_task_share): a reshape minor in one model can
     # be a model's slowest. A zoo is tuned from scratch (a library must not depend on a library); the tasks a library
     # lacks (missing_from) start from that library's schedules of their neighbours, adapted, as a user's tune of them
-    # does: the build's search then begins where a user's tune would, never below what the library already gives
-    start = str(missing_from.path) if missing_from is not None and missing_from.path else "off"
+    # does: the build's search then begins where a user's tune would, never below what the library already gives;
+    # a deepening build (start_from) starts every task there
+    origin = missing_from if missing_from is not None else start_from
+    start = str(origin.path) if origin is not None and origin.path else "off"
     profile = profile.with_overrides(
         tuning={"max_trials_per_task": budget_per_workload, "schedules": start, "early_stop": "none",
                 "minor_task_share": 0}
@@ -149,18 +168,31 @@ def build_library(
         target, model = pipeline.check_inputs()
         writer = None if model is None or spec.startswith("demo:") else model_writer(model.format, model.data)
         extracted = pipeline.extract_tasks(target, model)
-        tasks, of_tasks = len(extracted), None
+        tasks, of_tasks, chosen = len(extracted), None, None
+        wanted = list(extracted)
         if missing_from is not None:
-            lacked = [task.task_name for task in extracted if missing_from.find(task.dispatched[0]) is None]
-            if not lacked:
+            wanted = [task for task in extracted if missing_from.find(task.dispatched[0]) is None]
+            if not wanted:
                 say(f"[{number}/{len(zoo)}] {spec}: all its {tasks} tasks are in {_name(missing_from)}: skipped")
                 continue
-            options.task_names = lacked  # the pipeline's options: it tunes these tasks only
-            tasks, of_tasks = len(lacked), tasks
+            tasks, of_tasks = len(wanted), tasks
+        if heaviest is not None and heaviest < len(wanted):
+            wanted = heaviest_tasks(wanted, heaviest)
+            lacked = f" {_name(missing_from)} lacked" if missing_from is not None else ""
+            chosen = f"the {_count(heaviest, 'heaviest')} of its {tasks} tasks{lacked}"
+            tasks, of_tasks = len(wanted), of_tasks or tasks
+        if start_from is not None:
+            chosen = (f"{chosen}; " if chosen else "") + f"started from {_name(start_from)}"
+        if len(wanted) < len(extracted):
+            options.task_names = [task.task_name for task in wanted]  # the pipeline's options: it tunes these only
         options.trials = pipeline.trials = budget_per_workload * tasks
-        say(f"[{number}/{len(zoo)}] {spec}: {_tasks(tasks)}"
-            + (f" ({_name(missing_from)} lacks them; it holds the other {of_tasks - tasks})" if of_tasks else "")
-            + f", up to {options.trials} trials")
+        if chosen is not None:
+            detail = f" ({chosen})"
+        elif of_tasks:
+            detail = f" ({_name(missing_from)} lacks them; it holds the other {of_tasks - tasks})"
+        else:
+            detail = ""
+        say(f"[{number}/{len(zoo)}] {spec}: {_tasks(tasks)}{detail}, up to {options.trials} trials")
         started = time.monotonic()
         try:
             summary = pipeline.run()
@@ -168,7 +200,7 @@ def build_library(
             summary, stopped = TuneSummary.load(out_dir), interrupted
         at_budget = sum(t.trials_before + t.trials_this_run >= budget_per_workload for t in summary.tasks)
         built.append(ModelBuilt(spec, tasks, summary.trials.this_run, summary.trials.in_history_before,
-                                time.monotonic() - started, at_budget, stopped is not None, of_tasks, writer))
+                                time.monotonic() - started, at_budget, stopped is not None, of_tasks, writer, chosen))
         say(
             f"[{number}/{len(zoo)}] {spec}: {summary.trials.this_run} trials this run, "
             f"{summary.trials.in_history_before} in the history before, {built[-1].seconds:.0f} s"
@@ -212,6 +244,22 @@ def _export(
         history.close()
 
 
+def heaviest_tasks(extracted: Sequence[ExtractedTask], count: int) -> list[ExtractedTask]:
+    """The ``count`` tasks with the most floating-point work in the model (FLOPs x how often it runs each), in model order.
+
+    The compute-bound convolutions and dense layers that hold most of a model's time: where a deeper budget pays.
+    """
+    from ..tasks.flops import task_flops
+
+    work = {id(task): task_flops(task.dispatched[0]) * float(task.weight) for task in extracted}
+    kept = {id(task) for task in sorted(extracted, key=lambda task: work[id(task)], reverse=True)[:count]}
+    return [task for task in extracted if id(task) in kept]
+
+
+def _count(count: int, what: str) -> str:
+    return f"{what} one" if count == 1 else f"{count} {what}"
+
+
 def _print_now(message: str) -> None:
     """A build runs for hours, often into a log file: each line there at once, not when the buffer fills."""
     print(message, flush=True)
@@ -244,16 +292,23 @@ def build_command(args: argparse.Namespace) -> int:
     from ..tasks.demo import ZOO
 
     profile = load_profile(args.profile)
-    missing_from = None
-    if args.missing_from:
-        from ..schedules.use import choose_library
-
-        choice = choose_library(args.missing_from, profile.tvm_target())
-        if choice.library is None:
-            raise OptionError(f"--missing-from must name a library of this profile's family, got "
-                              f"'{args.missing_from}' instead ({choice.message})")
-        missing_from = choice.library
+    if args.missing_from and args.start_from:
+        raise OptionError("--start-from must be left out with --missing-from (whose tasks start from its library "
+                          "already), got both instead")
     build_library(list(args.zoo or ZOO), profile, args.db, budget_per_workload=args.budget,
                   work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key,
-                  hours=args.hours, missing_from=missing_from)
+                  hours=args.hours, missing_from=_library_option("--missing-from", args.missing_from, profile),
+                  heaviest=args.heaviest, start_from=_library_option("--start-from", args.start_from, profile))
     return 0
+
+
+def _library_option(option: str, value: str | None, profile: DeviceProfile) -> ScheduleLibrary | None:
+    """The library a ``--missing-from``/``--start-from`` names (a file or auto), or one line on why it cannot be used."""
+    if not value:
+        return None
+    from ..schedules.use import choose_library
+
+    choice = choose_library(value, profile.tvm_target())
+    if choice.library is None:
+        raise OptionError(f"{option} must name a library of this profile's family, got '{value}' instead ({choice.message})")
+    return choice.library

@@ -212,7 +212,8 @@ def test_the_blocked_layout_leaves_int8_convolutions_as_imported_and_says_so() -
     model = load_model(str(DATA / "kws_int8.tflite"))
     integer = prepare_graph(model, "NCHW8c", "full", TARGET)
     (layout,) = [p for p in integer.graph.passes if p.name == "layout-NCHW8c"]
-    assert layout.status == "unchanged" and "5 int8 convolutions stay in the layout imported" in layout.detail
+    # its 4 ordinary int8 convolutions; the depthwise one is already an int8 kernel of its own (int8-kernels)
+    assert layout.status == "unchanged" and "4 int8 convolutions stay in the layout imported" in layout.detail
     assert "layout-NCHW8c: not applied" in integer.graph.describe()
     floating = prepare_graph(model, "NCHW8c", "full", TARGET, integer=False)
     assert [p.status for p in floating.graph.passes if p.name in ("integer", "layout-NCHW8c")] == ["applied"]
@@ -276,8 +277,10 @@ def test_an_int8_model_tunes_end_to_end_with_vnni_and_its_artifact_matches_liter
     profile = load_profile("host").with_overrides(rpc={"key": loopback_board.key}, tuning={"max_trials_per_task": 3})
     options = TuneOptions(profile=profile, model=str(path), out_dir=tmp_path, trials=15, board=TrackerBoard(loopback_board))
     # the int8 kernels (edgetune.tasks.int8 names them conv2d_int8/dense_int8): the tasks the instruction serves
+    # (depthwise_conv2d_int8 is an int8 kernel no dot-product instruction takes)
     pipeline = TuningPipeline(options)
-    int8_tasks = [t.task_name for t in pipeline.extract_tasks(*pipeline.check_inputs()) if "_int8" in t.task_name]
+    int8_tasks = [t.task_name for t in pipeline.extract_tasks(*pipeline.check_inputs())
+                  if "_int8" in t.task_name and "depthwise" not in t.task_name]
     assert int8_tasks, "no int8 kernel among the tasks"
     options.task_names = int8_tasks
     summary = run_tune(options)
@@ -327,3 +330,43 @@ def test_deploy_builds_the_graph_its_history_was_tuned_in(tmp_path: Path, monkey
     assert ('out_dtype="int32"' in integer_script or "conv2d_int8" in integer_script)
     assert "R.dequantize" not in integer_script
     assert 'out_dtype="int32"' not in float_script and "conv2d_int8" not in float_script
+
+
+@pytest.mark.parametrize("target", [TARGET, tvm.target.Target({"kind": "llvm", "num-cores": 2, "mcpu": "icelake-server"})],
+                         ids=["no-instruction", "vnni"])
+def test_a_depthwise_int8_convolution_is_one_kernel_with_its_zero_point_padding_inside(target) -> None:
+    """The integer form pads a depthwise convolution's input with its zero point; that pad was a kernel of its own
+    (a copy of the activation between two convolutions). Now it is a ``data_pad`` block inside the depthwise kernel,
+    with or without a dot-product instruction, and the outputs are still LiteRT's."""
+    path = DATA / "mobilenet_v2_int8.tflite"
+    model = load_model(str(path))
+    prepared = prepare_graph(model, "auto", "full", target)
+    (kernels,) = [p for p in prepared.graph.passes if p.name == "int8-kernels"]
+    assert kernels.status == "applied" and "; 17 depthwise as one kernel with their zero-point padding" in kernels.detail, kernels
+    assert "left as plain int8" not in kernels.detail, kernels.detail
+    main = prepared.mod["main"]
+    bound = {b.var: b.value for block in main.body.blocks for b in block.bindings}
+    depthwise = [value for value in bound.values() if isinstance(value, relax.Call) and value.op.name == "relax.call_tir"
+                 and value.args[0].name_hint.startswith("depthwise_conv2d_int8")]
+    assert len(depthwise) == 17, len(depthwise)
+    for call in depthwise:
+        source = bound.get(call.args[1].fields[0])
+        assert not (isinstance(source, relax.Call) and source.op.name == "relax.nn.pad"), source  # no pad kernel before it
+    padded = [call for call in depthwise if "data_pad" in prepared.mod[call.args[0]].script()]
+    assert padded, "no depthwise kernel pads inside"  # MobileNetV2's 3x3 depthwise convolutions pad by one
+    assert not any(isinstance(v, relax.Call) and v.op.name == "relax.nn.conv2d" and int(v.attrs.groups) > 1
+                   for v in bound.values())
+    inputs = quantized_inputs(path, 2)
+    vm = build(prepared.mod) if target is TARGET else _build_for(prepared.mod, target)
+    assert_matches([vm["main"](tvm.runtime.tensor(x)).numpy() for x in inputs], [litert(path, x) for x in inputs],
+                   "mobilenet_v2_int8")
+
+
+def _build_for(mod: tvm.IRModule, target) -> relax.VirtualMachine:
+    """Built for ``target`` (AVX-512 VNNI code): run only where this host has the instruction."""
+    import re
+
+    if not re.search(r"\bavx512_vnni\b", Path("/proc/cpuinfo").read_text()):
+        pytest.skip("this host has no AVX-512 VNNI")
+    executable = tvm.compile(mod, target=target)
+    return relax.VirtualMachine(executable, tvm.cpu())

@@ -336,7 +336,8 @@ def test_deploy_builds_the_graph_its_history_was_tuned_in(tmp_path: Path, monkey
                          ids=["no-instruction", "vnni"])
 def test_a_depthwise_int8_convolution_is_one_kernel_with_its_zero_point_padding_inside(target) -> None:
     """The integer form pads a depthwise convolution's input with its zero point; that pad was a kernel of its own
-    (a copy of the activation between two convolutions). Now it is a ``data_pad`` block inside the depthwise kernel,
+    (a copy of the activation between two convolutions). Now the depthwise kernel reads the zero point where a tap falls
+    in the padding,
     with or without a dot-product instruction, and the outputs are still LiteRT's."""
     path = DATA / "mobilenet_v2_int8.tflite"
     model = load_model(str(path))
@@ -352,10 +353,16 @@ def test_a_depthwise_int8_convolution_is_one_kernel_with_its_zero_point_padding_
     for call in depthwise:
         source = bound.get(call.args[1].fields[0])
         assert not (isinstance(source, relax.Call) and source.op.name == "relax.nn.pad"), source  # no pad kernel before it
-    padded = [call for call in depthwise if "data_pad" in prepared.mod[call.args[0]].script()]
+    padded = [call for call in depthwise if "if_then_else" in prepared.mod[call.args[0]].script()]
     assert padded, "no depthwise kernel pads inside"  # MobileNetV2's 3x3 depthwise convolutions pad by one
     assert not any(isinstance(v, relax.Call) and v.op.name == "relax.nn.conv2d" and int(v.attrs.groups) > 1
                    for v in bound.values())
+    # and its requantization is in the same task (an alias binding in the call's place had kept FuseOps from it)
+    fused = prepare_for_tuning(prepared.mod, target)
+    tasks = [gv.name_hint for gv, f in fused.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    depthwise_tasks = [name for name in tasks if "depthwise_conv2d_int8" in name]
+    assert depthwise_tasks and all("round" in name and "clip" in name for name in depthwise_tasks), depthwise_tasks
+    assert not [name for name in tasks if name.startswith("fused_add") and "round" in name], tasks
     inputs = quantized_inputs(path, 2)
     vm = build(prepared.mod) if target is TARGET else _build_for(prepared.mod, target)
     assert_matches([vm["main"](tvm.runtime.tensor(x)).numpy() for x in inputs], [litert(path, x) for x in inputs],

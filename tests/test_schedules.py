@@ -911,9 +911,10 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
     # 8 and EfficientNet-B0 at 128x128 in part, then EfficientNet-B0 at 128x128 finished with its SiLU blocked, then
     # EfficientNet-B0 at 224x224 on that graph, then the layers the 224x224 CNNs' tasks still lacked: --missing-from;
     # then torchvision's SqueezeNet 1.1 as torch.onnx.export writes it, then its ShuffleNetV2, MobileNetV3-small and
-    # EfficientNet-B0: the real exports' tasks the library lacked)
+    # EfficientNet-B0: the real exports' tasks the library lacked; then DenseNet-121's (torchvision's and Keras') three
+    # heaviest convolutions and SqueezeNet 1.0's five, deepened at 96 from the library's own: build --heaviest --start-from)
     assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 32, 64, 128, 32, 32, 32, 32, 32, 32, 32, 32,
-                                                                                 32]
+                                                                                 32, 96, 96]
     assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224", "demo:transformer-bert@128",
             "demo:transformer@32", "demo:transformer-bert@32", "demo:resnet50@224",
             "demo:resnet18@128", "demo:mobilenetv2@128", "demo:mobilenetv1@128", "demo:squeezenet1.1@128",
@@ -975,6 +976,39 @@ def test_the_shipped_library_holds_torchvisions_squeezenets_as_torch_onnx_export
     assert len(extracted) == tasks
     missing = [t.task_name for t in extracted if library.find(t.dispatched[0]) is None]
     assert not missing, missing
+
+
+def test_the_shipped_library_holds_densenets_heaviest_convolution_as_torch_onnx_export_writes_it(tmp_path) -> None:
+    """DenseNet-121's 3x3 convolutions (128 -> 32 channels, six of them on 56x56: a quarter of its FLOPs) ran an adapted
+    schedule at half the speed the deepened build reached; the library holds them now. One dense layer as torchvision
+    writes it (pre-activation batch norm and ReLU, bias-free convolutions), exported by torch.onnx.export: its 3x3
+    convolution is found exactly, as in the whole model's export."""
+    import torch
+    from torch import nn
+
+    import torch_models
+    from edgetune.schedules.use import shipped_libraries
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.graph import prepare_graph
+
+    torch_models.require_torch()
+    library = load_library(next(p for p in shipped_libraries() if p.name.startswith("x86-64-avx512")))
+    assert any(z.startswith("densenet121-224-onnx-torchscript.onnx via torch.onnx.export") and "3 heaviest" in z
+               for z in library.header["zoo"]), library.header["zoo"]
+    torch.manual_seed(0)
+    layer = nn.Sequential(nn.BatchNorm2d(64), nn.ReLU(), nn.Conv2d(64, 128, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU(),
+                          nn.Conv2d(128, 32, 3, padding=1, bias=False)).eval()
+    path = tmp_path / "dense_layer.onnx"
+    torch.onnx.export(layer, (torch.randn(1, 64, 56, 56),), str(path), dynamo=False, opset_version=17,
+                      input_names=["input"], output_names=["features"])
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    prepared = prepare_graph(load_model(str(path)), "auto", "full", target)
+    extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    from edgetune.tasks.flops import task_flops
+
+    heaviest = max(extracted, key=lambda t: task_flops(t.dispatched[0]))
+    assert round(task_flops(heaviest.dispatched[0]) / 1e6) == 231, heaviest.task_name  # 2 x 32 x 56 x 56 x 128 x 9
+    assert library.find(heaviest.dispatched[0]) is not None, heaviest.task_name
 
 
 def test_libraries_of_one_family_measured_on_two_cpu_models_merge_and_say_so(library_file, tmp_path) -> None:

@@ -25,10 +25,11 @@ def test_tune_with_an_onnxruntime_baseline_on_the_embedded_board(tmp_path) -> No
     assert baseline["runtime"] == "onnxruntime" and baseline["error"] is None and baseline["version"]
     assert baseline["baseline_ms"] > 0 and baseline["tuned_ms"] > 0 and baseline["outputs_match"] is True
     assert baseline["max_rel_diff"] < 1e-4 and "default session options, spinning default" in baseline["protocol"]
-    assert "each runtime alone" in baseline["protocol"] and "0.5 s pause before every block" in baseline["protocol"]
+    assert "each runtime alone" in baseline["protocol"] and "0.5 s pause and 0.1 s of untimed calls before every block" in baseline["protocol"]
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith(f"tuned {baseline['tuned_ms']:.3f} ms; ONNX Runtime {baseline['baseline_ms']:.3f} ms on this board: ")
-    assert last.endswith(("x faster", "x slower")), last
+    # a busy CI host may add "; unsteady timings (...): time again on an idle board" after the verdict
+    assert last.split("; unsteady timings (")[0].endswith(("x faster", "x slower")), last
 
 
 def test_a_baseline_off_the_embedded_board_is_one_line_and_the_tune_is_kept(tmp_path, loopback_board) -> None:

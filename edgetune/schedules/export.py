@@ -13,7 +13,6 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from ..errors import LibraryError
-from ..tasks.flops import task_flops
 from .library import DEFAULT_TOP_K, LIBRARY_FORMAT, LIBRARY_VERSION, LibrarySchedule, LibraryWorkload, ScheduleLibrary, write_library
 
 
@@ -47,6 +46,7 @@ def export_library(
 
     from .._version import __version__
     from ..profile.host import usable_cores
+    from ..tasks.flops import task_flops
     from ..tasks.signature import operator_signature
     from ..history.sql import target_json as target_json_of
     from ..common.cpu_family import family_of

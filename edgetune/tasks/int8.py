@@ -182,13 +182,15 @@ class _Int8Kernels(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if self.lanes is None:  # no instruction: the depthwise convolutions only
-            depthwise = _is_op(call, "relax.nn.conv2d") and _dtype(call.args[0]) == "int8" \
-                and call.attrs.out_dtype == "int32" and int(call.attrs.groups) != 1
-            new = self._depthwise(call) if depthwise else None
-        elif _is_op(call, "relax.nn.conv2d") and _dtype(call.args[0]) == "int8" and call.attrs.out_dtype == "int32":
+        conv, dense = (_is_op(call, op) and _dtype(call.args[0]) == "int8" and call.attrs.out_dtype == "int32"
+                       for op in ("relax.nn.conv2d", "relax.matmul"))
+        if conv and int(call.attrs.groups) != 1:
+            new = self._depthwise(call)  # on every target: no instruction takes it
+        elif self.lanes is None:  # no instruction: the depthwise convolutions only
+            new = None
+        elif conv:
             new = self._conv(call)
-        elif _is_op(call, "relax.matmul") and _dtype(call.args[0]) == "int8" and call.attrs.out_dtype == "int32":
+        elif dense:
             new = self._dense(call)
         elif _is_op(call, "relax.add") and isinstance(call.args[1], Constant):
             new = self._fold_compensation(call)
@@ -204,8 +206,6 @@ class _Int8Kernels(relax.PyExprMutator):
         attrs, (data, weight) = call.attrs, call.args
         layouts = (str(attrs.data_layout), str(attrs.kernel_layout))
         data_shape, out_shape = _shape(data), _shape(call)
-        if int(attrs.groups) != 1:
-            return self._depthwise(call)
         if not isinstance(weight, Constant) or _dtype(weight) != "int8":
             return self._leave("weights not int8 constants")
         if layouts not in _KERNEL_TO_HWOI or str(attrs.out_layout) not in ("", layouts[0]) or None in (data_shape, out_shape):

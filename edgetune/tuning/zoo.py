@@ -168,31 +168,15 @@ def build_library(
         target, model = pipeline.check_inputs()
         writer = None if model is None or spec.startswith("demo:") else model_writer(model.format, model.data)
         extracted = pipeline.extract_tasks(target, model)
-        tasks, of_tasks, chosen = len(extracted), None, None
-        wanted = list(extracted)
-        if missing_from is not None:
-            wanted = [task for task in extracted if missing_from.find(task.dispatched[0]) is None]
-            if not wanted:
-                say(f"[{number}/{len(zoo)}] {spec}: all its {tasks} tasks are in {_name(missing_from)}: skipped")
-                continue
-            tasks, of_tasks = len(wanted), tasks
-        if heaviest is not None and heaviest < len(wanted):
-            wanted = heaviest_tasks(wanted, heaviest)
-            lacked = f" {_name(missing_from)} lacked" if missing_from is not None else ""
-            chosen = f"the {_count(heaviest, 'heaviest')} of its {tasks} tasks{lacked}"
-            tasks, of_tasks = len(wanted), of_tasks or tasks
-        if start_from is not None:
-            chosen = (f"{chosen}; " if chosen else "") + f"started from {_name(start_from)}"
-        if len(wanted) < len(extracted):
-            options.task_names = [task.task_name for task in wanted]  # the pipeline's options: it tunes these only
+        selection = _select_tasks(extracted, missing_from, heaviest, start_from)
+        if selection is None:
+            say(f"[{number}/{len(zoo)}] {spec}: all its {len(extracted)} tasks are in {_name(missing_from)}: skipped")
+            continue
+        tasks, of_tasks, chosen = len(selection.wanted), selection.of_tasks, selection.chosen
+        if tasks < len(extracted):
+            options.task_names = [task.task_name for task in selection.wanted]  # the pipeline tunes these only
         options.trials = pipeline.trials = budget_per_workload * tasks
-        if chosen is not None:
-            detail = f" ({chosen})"
-        elif of_tasks:
-            detail = f" ({_name(missing_from)} lacks them; it holds the other {of_tasks - tasks})"
-        else:
-            detail = ""
-        say(f"[{number}/{len(zoo)}] {spec}: {_tasks(tasks)}{detail}, up to {options.trials} trials")
+        say(f"[{number}/{len(zoo)}] {spec}: {_tasks(tasks)}{selection.detail(missing_from)}, up to {options.trials} trials")
         started = time.monotonic()
         try:
             summary = pipeline.run()
@@ -244,6 +228,43 @@ def _export(
         history.close()
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """The tasks of one model a build tunes, and how its zoo entry and progress line say which."""
+
+    wanted: list[ExtractedTask]
+    of_tasks: int | None  # the model's tasks in all, where only those a library lacked (or the heaviest) are tuned
+    chosen: str | None  # "the 3 heaviest of its 137 tasks; started from ...", where that is how they were chosen
+
+    def detail(self, missing_from: ScheduleLibrary | None) -> str:
+        if self.chosen is not None:
+            return f" ({self.chosen})"
+        if self.of_tasks:
+            return f" ({_name(missing_from)} lacks them; it holds the other {self.of_tasks - len(self.wanted)})"
+        return ""
+
+
+def _select_tasks(
+    extracted: Sequence[ExtractedTask], missing_from: ScheduleLibrary | None, heaviest: int | None,
+    start_from: ScheduleLibrary | None,
+) -> _Selection | None:
+    """Those of ``extracted`` that ``missing_from`` lacks (all without it; None: it holds every one), then the
+    ``heaviest`` of them."""
+    wanted, of_tasks, chosen = list(extracted), None, None
+    if missing_from is not None:
+        wanted = [task for task in extracted if missing_from.find(task.dispatched[0]) is None]
+        if not wanted:
+            return None
+        of_tasks = len(extracted)
+    if heaviest is not None and heaviest < len(wanted):
+        lacked = f" {_name(missing_from)} lacked" if missing_from is not None else ""
+        chosen = f"the {_count(heaviest, 'heaviest')} of its {len(wanted)} tasks{lacked}"
+        wanted, of_tasks = heaviest_tasks(wanted, heaviest), len(extracted)
+    if start_from is not None:
+        chosen = (f"{chosen}; " if chosen else "") + f"started from {_name(start_from)}"
+    return _Selection(wanted, of_tasks, chosen)
+
+
 def heaviest_tasks(extracted: Sequence[ExtractedTask], count: int) -> list[ExtractedTask]:
     """The ``count`` tasks with the most floating-point work in the model (FLOPs x how often it runs each), in model order.
 
@@ -251,9 +272,9 @@ def heaviest_tasks(extracted: Sequence[ExtractedTask], count: int) -> list[Extra
     """
     from ..tasks.flops import task_flops
 
-    work = {id(task): task_flops(task.dispatched[0]) * float(task.weight) for task in extracted}
-    kept = {id(task) for task in sorted(extracted, key=lambda task: work[id(task)], reverse=True)[:count]}
-    return [task for task in extracted if id(task) in kept]
+    work = [task_flops(task.dispatched[0]) * float(task.weight) for task in extracted]
+    kept = sorted(sorted(range(len(extracted)), key=lambda i: work[i], reverse=True)[:count])
+    return [extracted[i] for i in kept]
 
 
 def _count(count: int, what: str) -> str:

@@ -57,6 +57,7 @@ from tvm import relax, te, topi
 
 from .blocked_computes import depthwise_conv2d_nchwc, group_conv2d_nchwc
 from .fold import fold_constants
+from .relax_exprs import is_op as _is_op, static_shape as _shape
 
 #: ``grouped`` (``tuning.block_grouped``, on by default): grouped convolutions whose groups are whole blocks run as
 #: ``group_conv2d_NCHWc``; off, they stay NCHW between layout transforms. The blocked form is an ordinary blocked
@@ -250,12 +251,6 @@ def _count(mod: tvm.IRModule, where: Callable[[relax.Call], bool]) -> int:
     return count
 
 
-def _is_op(expr: Any, name: str | set[str]) -> bool:
-    if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)):
-        return False
-    return expr.op.name == name if isinstance(name, str) else expr.op.name in name
-
-
 def _is_depthwise(call: relax.Call) -> bool:
     """One input and one output channel per group, in NCHW/OIHW (a MobileNet's 3x3 depthwise conv)."""
     attrs = call.attrs
@@ -270,14 +265,6 @@ def _half_blocked(call: relax.Call, block: int) -> bool:
     """A blocked convolution with a block of ``block // 2`` on its data or output side."""
     attrs = call.attrs
     return attrs.data_layout == f"NCHW{block // 2}c" or attrs.out_layout == f"NCHW{block // 2}c"
-
-
-def _shape(expr: relax.Expr) -> list[int] | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
-        return None
-    return [int(v) for v in values]
 
 
 @relax.expr_functor.mutator

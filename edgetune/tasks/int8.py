@@ -52,7 +52,7 @@ from tvm.ir.expr import Constant
 
 from ..common.int8_isa import OUTPUT_LANES, int8_instruction, wants_unsigned_activations
 from .int8_epilogue import sink_unblocking
-from .int8_epilogue import static_shape as _shape  # one shape reader for both passes
+from .relax_exprs import is_op as _is_op, static_shape as _shape
 
 #: a depthwise convolution's kernel axes in (KH, KW, C, multiplier 1) order, by data layout and kernel layout
 _DEPTHWISE_KERNEL_TO_HWC = {"NHWC": {"HWOI": (0, 1, 2, 3), "HWIO": (0, 1, 3, 2)}, "NCHW": {"OIHW": (2, 3, 0, 1)}}
@@ -90,10 +90,6 @@ def int8_kernels(mod: tvm.IRModule, target: Any) -> tuple[tvm.IRModule, str]:
 
 def _dtype(expr: relax.Expr) -> str:
     return str(getattr(getattr(expr, "ty", None), "dtype", ""))
-
-
-def _is_op(expr: Any, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
 
 
 def _conv_compute(x: te.Tensor, w: te.Tensor, strides: tuple[int, int], dilation: tuple[int, int],

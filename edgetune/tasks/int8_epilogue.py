@@ -36,6 +36,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 
+from .relax_exprs import op_name, static_shape
+
 #: the int8 kernels' PrimFunc names (``call_te``'s ``primfunc_name_hint`` in :mod:`edgetune.tasks.int8`)
 KERNEL_PREFIXES = ("conv2d_int8", "dense_int8")
 #: elementwise ops moved with one constant operand (either side for the commutative ones) or none
@@ -69,20 +71,8 @@ def sink_unblocking(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     return relax.transform.Normalize()(out), sinker.moved
 
 
-def _op_name(expr: Any) -> str:
-    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else ""
-
-
-def static_shape(expr: relax.Expr) -> list[int] | None:
-    """``expr``'s shape as ints, or None where a dimension is not a constant."""
-    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
-    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
-        return None
-    return [int(v) for v in values]
-
-
 def _is_kernel_call(expr: relax.Expr) -> bool:
-    if _op_name(expr) != "relax.call_tir":
+    if op_name(expr) != "relax.call_tir":
         return False
     callee = expr.args[0]
     return isinstance(callee, relax.GlobalVar) and callee.name_hint.startswith(KERNEL_PREFIXES)
@@ -128,7 +118,7 @@ class _SinkUnblocking(relax.PyExprMutator):
 
     def _unblocking_step(self, call: relax.Expr) -> _Unblocked | None:
         """``call`` as one more unblocking op on a blocked tensor (or on one being unblocked), else None."""
-        name = _op_name(call)
+        name = op_name(call)
         if not name or not isinstance(call.args[0], relax.Var):
             return None
         source = call.args[0]
@@ -155,7 +145,7 @@ class _SinkUnblocking(relax.PyExprMutator):
 
     def _moved(self, call: relax.Expr) -> tuple[relax.Var, _Unblocked] | None:
         """An elementwise ``call`` on an unblocked tensor, emitted on the blocked one: (its result, how to unblock it)."""
-        name = _op_name(call)
+        name = op_name(call)
         if name in _UNARY:
             source = call.args[0]
             plain = self.unblocked.get(source) if isinstance(source, relax.Var) else None

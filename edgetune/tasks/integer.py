@@ -59,6 +59,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .relax_exprs import is_op as _is_op
+
 #: ops that only rearrange a constant weight between its dequantize and the layer (TFLite's depthwise reshape,
 #: a dense layer's transpose); applied to the int8 values and the scales alike
 _LAYOUT_OPS = {"relax.reshape", "relax.permute_dims", "relax.expand_dims", "relax.squeeze"}
@@ -480,12 +482,6 @@ def _per_channel(full: np.ndarray, axis: int) -> np.ndarray | None:
 
 def _shape(expr: relax.Expr) -> tuple[int, ...]:
     return tuple(int(d) for d in expr.ty.shape)
-
-
-def _is_op(expr: Any, names: str | set[str]) -> bool:
-    if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
-        return False
-    return expr.op.name == names if isinstance(names, str) else expr.op.name in names
 
 
 def _op_name(call: relax.Call) -> str:

@@ -52,17 +52,7 @@ def slow_board(seconds_per_candidate: float) -> Any:
     import tvm.s_tir.meta_schedule as ms
     from tvm.ir.utils import derived_object
 
-    @derived_object
-    class _Promise(ms.runner.PyRunnerFuture):
-        def __init__(self, future: concurrent.futures.Future) -> None:
-            super().__init__()
-            self.future = future
-
-        def done(self) -> bool:
-            return self.future.done()
-
-        def result(self) -> Any:
-            return self.future.result()
+    from edgetune.measure.futures import PromisedFuture
 
     @derived_object
     class SlowBoard(ms.runner.PyRunner):
@@ -74,7 +64,7 @@ def slow_board(seconds_per_candidate: float) -> Any:
         def run(self, runner_inputs: list[Any]) -> list[Any]:
             promises = [concurrent.futures.Future() for _ in runner_inputs]
             threading.Thread(target=self.measure, args=(list(runner_inputs), promises), daemon=True).start()
-            return [_Promise(p) for p in promises]
+            return [PromisedFuture(p) for p in promises]
 
         def measure(self, inputs: list[Any], promises: list[concurrent.futures.Future]) -> None:
             with self.lock:

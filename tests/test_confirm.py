@@ -12,6 +12,7 @@ import tvm.s_tir.meta_schedule as ms
 from tvm import te
 from tvm.ir.utils import derived_object
 
+from edgetune.measure.futures import MeasuredFuture
 from edgetune.tuning.confirm import retime_limit, to_retime
 
 
@@ -28,19 +29,6 @@ def test_short_runs_do_without_it() -> None:
     assert retime_limit(tasks=20, count=3, search_budget=239) == 0  # 8 per task: it would add more than a third
     assert retime_limit(tasks=20, count=0, search_budget=700) == 0
     assert retime_limit(tasks=0, count=3, search_budget=700) == 0
-
-
-@derived_object
-class _Done(ms.runner.PyRunnerFuture):
-    def __init__(self, result: Any) -> None:
-        super().__init__()
-        self.value = result
-
-    def done(self) -> bool:
-        return True
-
-    def result(self) -> Any:
-        return self.value
 
 
 @derived_object
@@ -63,7 +51,7 @@ class LuckyRunner(ms.runner.PyRunner):
             secs = [float(x) * 1e-3 for x in results[slowest].run_secs]
             results[slowest] = ms.runner.RunnerResult(secs, None)
             self.lucky_sec = float(np.mean(secs))
-        return [_Done(result) for result in results]
+        return [MeasuredFuture(result) for result in results]
 
 
 def _matmul(n: int = 64) -> tvm.IRModule:

@@ -21,22 +21,10 @@ from tvm.ir.utils import derived_object
 
 from edgetune.builder.builder import WarmBuilder
 from edgetune.errors import TuningInterrupted
+from edgetune.measure.futures import PromisedFuture
 from edgetune.search.lookahead import Lookahead
 
 SECONDS_PER_CANDIDATE = 0.4
-
-
-@derived_object
-class _Promise(ms.runner.PyRunnerFuture):
-    def __init__(self, future: concurrent.futures.Future) -> None:
-        super().__init__()
-        self.future = future
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def result(self) -> Any:
-        return self.future.result()
 
 
 @derived_object
@@ -53,7 +41,7 @@ class SlowBoard(ms.runner.PyRunner):
     def run(self, runner_inputs: list[Any]) -> list[Any]:
         promises = [concurrent.futures.Future() for _ in runner_inputs]
         threading.Thread(target=self._measure, args=(list(runner_inputs), promises), daemon=True).start()
-        return [_Promise(p) for p in promises]
+        return [PromisedFuture(p) for p in promises]
 
     def _measure(self, inputs: list[Any], promises: list[concurrent.futures.Future]) -> None:
         with self._lock:  # one board: batches one after the other

@@ -16,18 +16,7 @@ from typing import Any
 import tvm.s_tir.meta_schedule as ms
 from tvm.ir.utils import derived_object
 
-
-@derived_object
-class _Measured(ms.runner.PyRunnerFuture):
-    def __init__(self, result: Any) -> None:
-        super().__init__()
-        self.value = result
-
-    def done(self) -> bool:
-        return True
-
-    def result(self) -> Any:
-        return self.value
+from .futures import MeasuredFuture
 
 
 @derived_object
@@ -39,4 +28,4 @@ class AwaitingRunner(ms.runner.PyRunner):
         self.inner = inner
 
     def run(self, runner_inputs: list[Any]) -> list[Any]:
-        return [_Measured(future.result()) for future in self.inner.run(runner_inputs)]
+        return [MeasuredFuture(future.result()) for future in self.inner.run(runner_inputs)]

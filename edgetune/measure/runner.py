@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerInput, RunnerResult
+from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerInput, RunnerResult
 from tvm.ir.utils import derived_object
 
 from ..board.base import MeasureHooks
@@ -28,6 +28,7 @@ from ..board.rpc_tracker import BoardSession, TrackerAddress, device_counts, req
 from ..common.failure import BOARD_UNAVAILABLE
 from ..errors import BoardError
 from ..builder.builder import CachedArtifact
+from .futures import PromisedFuture
 from ..common.rpc import remote_module
 from ..profile.schema import MeasureSettings
 from .evaluator import AdaptiveEvaluator, AdaptiveResult
@@ -127,19 +128,6 @@ class _BatchWork:
 
 
 @derived_object
-class _Future(PyRunnerFuture):
-    def __init__(self, future: concurrent.futures.Future) -> None:
-        super().__init__()
-        self.future = future
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def result(self) -> RunnerResult:
-        return self.future.result()
-
-
-@derived_object
 class TrackerRunner(PyRunner):
     """A MetaSchedule runner measuring batches through one RPC session each.
 
@@ -223,14 +211,14 @@ class TrackerRunner(PyRunner):
             pass  # shut down already, or a batch that outlives a session: report what there is
 
     # -- MetaSchedule interface -------------------------------------------
-    def run(self, runner_inputs: list[RunnerInput]) -> list[_Future]:
+    def run(self, runner_inputs: list[RunnerInput]) -> list[PromisedFuture]:
         promises = [concurrent.futures.Future() for _ in runner_inputs]
         jobs = [
             (str(inp.artifact_path), [info.as_json() for info in inp.args_info])
             for inp in runner_inputs
         ]
         self._executor.submit(self._run_batch, jobs, promises)
-        return [_Future(p) for p in promises]
+        return [PromisedFuture(p) for p in promises]
 
     # -- measurement --------------------------------------------------------
     def _run_batch(

@@ -1261,3 +1261,11 @@ def test_a_memory_bound_task_the_library_lacks_measures_a_transferred_schedule_b
         assert task.default_latency_us is not None, task
         assert task.best_latency_us <= min(task.transferred_latency_us, task.default_latency_us) * 1.0001
     # with one trial per task, only the default: test_a_task_the_library_lacks_starts_from_its_nearest_shape_...
+
+
+def test_info_counts_a_reduction_by_its_operator_not_by_the_variable_it_came_from() -> None:
+    """Relax names a mean's sum after its input (``lv180_red``): ``info`` listed 56 one-off "operators" of them."""
+    from edgetune.schedules.library import _operator
+
+    assert _operator(["lv180_red", "T_divide"]) == _operator(["lv33_red"]) == "red"
+    assert _operator(["data_pad", "conv2d_NCHWc"]) == "conv2d_NCHWc"

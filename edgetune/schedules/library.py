@@ -28,6 +28,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import time
 import zlib
 from collections import defaultdict
@@ -249,8 +250,10 @@ def _defaults_line(workloads: list[LibraryWorkload]) -> str:
 
 
 def _operator(signature: list[str]) -> str:
+    """The operator a workload's block names say, for ``info``: a reduction Relax named after its input variable
+    (``lv180_red``, a mean's sum) is counted as ``red``, whichever variable it came from."""
     main = [name for name in signature if not name.startswith(("T_", "compute", "pad_temp", "data_pad", "PadInput"))]
-    return (main or signature or ["?"])[0]
+    return re.sub(r"^lv\d+_", "", (main or signature or ["?"])[0])
 
 
 def _spread(values: list[int]) -> str:

@@ -1027,6 +1027,57 @@ def test_libraries_of_one_family_measured_on_two_cpu_models_merge_and_say_so(lib
     assert "some-other-cpu" in merged.describe()[1] and " and " in merged.describe()[1]
 
 
+def test_each_cpu_model_keeps_its_best_schedules_in_a_merge_and_a_task_measures_its_own_first(library_file, tmp_path) -> None:
+    """A family shares vector instructions, not the best tiles: on an Intel Xeon (Sapphire Rapids class), the
+    schedules Zen 4 builds kept for Keras MobileNet's pointwise convolutions ran up to 2x their record, and 8 trials
+    of search found ones 1.5-3x faster. A faster CPU also records faster times, so a merge that kept the fastest
+    records pushed out the other CPU model's best. Now each CPU model keeps its best few, and a task measures its
+    own CPU model's first."""
+    import dataclasses
+
+    import tvm_ffi
+
+    from edgetune.schedules.library import merge_libraries, target_cpu
+    from edgetune.schedules.use import library_candidates
+    from edgetune.search.default_schedule import is_default_json, replayed_candidate
+
+    path, _db, profile = library_file
+    library = load_library(path)
+    target = profile.tvm_target()
+    here = target_cpu(target)
+    assert here, "the host profile names this CPU's model"
+    entry = next(w for w in library.workloads if w.schedules and not is_default_json(w.schedules[0].trace_json))
+    mine = entry.schedules[0]
+    assert mine.mcpu == here
+    other_cpu = "znver4" if here != "znver4" else "znver5"
+    # another CPU model of the family recorded another schedule (here: the untuned default's lookups) 4x faster
+    # than this one's best
+    untuned = [[mine.trace_json[0][0]], []]  # its first lookup, of a block the workload has before any schedule
+    assert is_default_json(untuned)
+    elsewhere = dataclasses.replace(mine, trace_json=untuned, latency_us=mine.latency_us / 4,
+                                    target_json=json.dumps({**json.loads(mine.target_json), "mcpu": other_cpu}))
+    header = {k: v for k, v in library.header.items() if k not in ("format", "version", "workloads")}
+    write_library(tmp_path / "other.schedules.gz", {**header, "target": {**header["target"], "mcpu": other_cpu}},
+                  [dataclasses.replace(entry, schedules=[elsewhere])])
+    merged = merge_libraries([library, load_library(tmp_path / "other.schedules.gz")], tmp_path / "merged.schedules.gz",
+                             top_k=1)
+    kept = merged.find(entry.mod)
+    # top-k 1 per CPU model: both kept, the faster record first (before, only the other CPU model's was kept)
+    assert [(s.mcpu, s.latency_us) for s in kept.schedules] == [(other_cpu, elsewhere.latency_us), (here, mine.latency_us)]
+    # each CPU model's own first
+    assert [s.mcpu for s in kept.schedules_for(target)] == [here, other_cpu]
+    other_target = tvm.target.Target({**{k: v for k, v in target.export().items() if k in ("kind", "num-cores")},
+                                      "mcpu": other_cpu})
+    assert [s.mcpu for s in kept.schedules_for(other_target)] == [other_cpu, here]
+    # what a covered task measures first on this CPU: its own best, not the other CPU model's faster record
+    context = ms.TuneContext(mod=kept.mod, target=target, space_generator="post-order-apply", task_name="own-cpu")
+    (first,) = library_candidates(context, merged, 1)
+    assert tvm_ffi.structural_equal(first.sch.mod, replayed_candidate(context, entry.trace(mine)).sch.mod)
+    assert not tvm_ffi.structural_equal(first.sch.mod, replayed_candidate(context, kept.trace(elsewhere)).sch.mod)
+    (record,) = merged.tuning_records(target, workloads=[kept], per_workload=1)
+    assert float(record.run_secs[0]) == pytest.approx(mine.latency_us * 1e-6)
+
+
 def test_the_avx2_library_is_used_by_an_avx2_target_and_covers_its_zoo() -> None:
     """An AVX2 CPU (here Zen 3 by name; the family is read from its features) gets the shipped x86-64-avx2 library,
     whose workloads are those of the graph a tune prepares for it by default (NCHW8c)."""

@@ -116,7 +116,8 @@ def _load_checked(choice: LibraryChoice, path: Path) -> LibraryChoice:
 
 
 def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -> list[Any]:
-    """Up to ``count`` of the library's best schedules for ``context``'s exact workload, replayed on it, the best first.
+    """Up to ``count`` of the library's best schedules for ``context``'s exact workload, replayed on it, the best first
+    (:meth:`~edgetune.schedules.library.LibraryWorkload.schedules_for`: its own CPU model's first).
 
     Empty when the workload is absent or none of its schedules replays on this task.
     """
@@ -126,7 +127,9 @@ def library_candidates(context: Any, library: ScheduleLibrary, count: int = 1) -
     if entry is None or not entry.schedules:
         return []
     replayed: list[Any] = []
-    for schedule in entry.schedules:  # the best first; the next if one does not replay
+    # the best first, those measured on this target's CPU model before the family's others; the next if one does
+    # not replay
+    for schedule in entry.schedules_for(context.target):
         if len(replayed) == count:
             break
         try:

@@ -119,7 +119,9 @@ def recheck_slow_library_schedules(run: RunSettings, first: FirstMeasurements, s
     for name, index in exact_tasks.items():
         entry = library.library.find(session.contexts[index].mod)
         if name in library.exact and entry is not None and entry.schedules:
-            standing[name] = (library.exact[name], min(s.latency_us for s in entry.schedules))
+            # the records of the schedules the task measured: its CPU model's best few first (library_candidates)
+            measured = entry.schedules_for(session.target)[:max(1, run.profile.tuning.library_schedules)]
+            standing[name] = (library.exact[name], min(s.latency_us for s in measured))
     slow = slow_against_record(standing, limit)
     if not slow:
         return []

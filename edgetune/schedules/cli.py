@@ -92,11 +92,13 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     merge = actions.add_parser(
         "merge", help="join libraries of one family (a zoo built in steps, or on several hosts) into one file",
         description="Join libraries of the same family, timing, target and TVM: each workload keeps its --top-k "
-        "fastest schedules; the file keeps each build's budget, zoo and layout, which `info` lists.",
+        "fastest schedules per CPU model that measured them (a tune tries its own CPU model's first); the file keeps "
+        "each build's budget, zoo and layout, which `info` lists.",
     )
     merge.add_argument("files", metavar="FILE", nargs="+", help="libraries to join (at least two)")
     merge.add_argument("--out", required=True, metavar="FILE", help="library file to write (may be one of the inputs)")
-    merge.add_argument("--top-k", type=int, help="schedules kept per workload (default: the inputs' largest)")
+    merge.add_argument("--top-k", type=int,
+                       help="schedules kept per workload and CPU model (default: the inputs' largest)")
     merge.set_defaults(func=_merge)
     info = actions.add_parser("info", help="describe a library (or the shipped ones, and the zoo)")
     info.add_argument("file", metavar="FILE", nargs="?", help="library file (default: every library shipped with edgetune)")

@@ -912,9 +912,10 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
     # EfficientNet-B0 at 224x224 on that graph, then the layers the 224x224 CNNs' tasks still lacked: --missing-from;
     # then torchvision's SqueezeNet 1.1 as torch.onnx.export writes it, then its ShuffleNetV2, MobileNetV3-small and
     # EfficientNet-B0: the real exports' tasks the library lacked; then DenseNet-121's (torchvision's and Keras') three
-    # heaviest convolutions and SqueezeNet 1.0's five, deepened at 96 from the library's own: build --heaviest --start-from)
+    # heaviest convolutions and SqueezeNet 1.0's five, deepened at 96 from the library's own: build --heaviest --start-from;
+    # then the int8 zoo at 32: the KWS fixture, Keras MobileNet and MobileNetV2 int8)
     assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 32, 64, 128, 32, 32, 32, 32, 32, 32, 32, 32,
-                                                                                 32, 96, 96]
+                                                                                 32, 96, 96, 32]
     assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224", "demo:transformer-bert@128",
             "demo:transformer@32", "demo:transformer-bert@32", "demo:resnet50@224",
             "demo:resnet18@128", "demo:mobilenetv2@128", "demo:mobilenetv1@128", "demo:squeezenet1.1@128",
@@ -1009,6 +1010,28 @@ def test_the_shipped_library_holds_densenets_heaviest_convolution_as_torch_onnx_
     heaviest = max(extracted, key=lambda t: task_flops(t.dispatched[0]))
     assert round(task_flops(heaviest.dispatched[0]) / 1e6) == 231, heaviest.task_name  # 2 x 32 x 56 x 56 x 128 x 9
     assert library.find(heaviest.dispatched[0]) is not None, heaviest.task_name
+
+
+def test_the_shipped_library_holds_the_int8_zoos_kernels_for_a_vnni_cpu() -> None:
+    """Issue 54: every int8 task started from its untuned default (a 1x1 VNNI convolution of Keras MobileNet int8 at
+    21 ms, 0.1 ms once searched), so 8 trials per task were spent finding a first sane schedule. The library holds
+    the int8 zoo now (the KWS fixture, Keras MobileNet and MobileNetV2 int8): on a VNNI CPU of the family the
+    fixture's integer kernels (convolutions, the depthwise one among them, and dense layers) are found exactly."""
+    from edgetune.schedules.use import shipped_libraries
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.graph import prepare_graph
+
+    library = load_library(next(p for p in shipped_libraries() if p.name.startswith("x86-64-avx512")))
+    for name in ("kws_int8.tflite", "mobilenet-224-int8.tflite", "mobilenet_v2-224-int8.tflite"):
+        assert any(z.startswith(f"{name} via ") for z in library.header["zoo"]), (name, library.header["zoo"])
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2})  # AVX-512 with VNNI
+    prepared = prepare_graph(load_model(str(Path(__file__).parent / "data" / "tflite" / "kws_int8.tflite")),
+                             "auto", "full", target)
+    extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    integer = [t for t in extracted if "_int8" in t.task_name]  # 4 convolutions, 1 depthwise, 2 dense
+    assert len(integer) == 7 and any("depthwise" in t.task_name for t in integer), [t.task_name for t in extracted]
+    missing = [t.task_name for t in integer if library.find(t.dispatched[0]) is None]
+    assert not missing, missing
 
 
 def test_libraries_of_one_family_measured_on_two_cpu_models_merge_and_say_so(library_file, tmp_path) -> None:

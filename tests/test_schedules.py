@@ -1087,6 +1087,7 @@ def test_each_cpu_model_keeps_its_best_schedules_in_a_merge_and_a_task_measures_
     kept = merged.find(entry.mod)
     # top-k 1 per CPU model: both kept, the faster record first (before, only the other CPU model's was kept)
     assert [(s.mcpu, s.latency_us) for s in kept.schedules] == [(other_cpu, elsewhere.latency_us), (here, mine.latency_us)]
+    assert "(best 1 per workload and CPU model, timed" in merged.describe()[2]
     # each CPU model's own first
     assert [s.mcpu for s in kept.schedules_for(target)] == [here, other_cpu]
     other_target = tvm.target.Target({**{k: v for k, v in target.export().items() if k in ("kind", "num-cores")},

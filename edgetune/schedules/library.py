@@ -248,8 +248,9 @@ class ScheduleLibrary:
             f"family: {family.get('name')} ({family.get('arch')}; features {', '.join(family.get('features', [])) or 'none'}; "
             f"code for mcpu {self._mcpus()}, measured on {h.get('measured_on') or self._mcpus(' and ') + ' as the parts say'}, "
             f"{h.get('cores', '?')} cores, boards {', '.join(boards) or '?'})",
-            f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload, "
-            f"timed {self.timing})",
+            f"workloads: {len(self.workloads)}, schedules: {n_schedules} (best {h.get('top_k')} per workload"
+            + (" and CPU model" if len({s.mcpu for w in self.workloads for s in w.schedules}) > 1 else "")
+            + f", timed {self.timing})",
             (f"budget: {h['budget_per_workload']} trials per workload, "
              + ("measured" if h.get("budget_counts") == "measured" else "the candidates the search proposed")
              if h.get("budget_per_workload") else

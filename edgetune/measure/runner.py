@@ -28,10 +28,10 @@ from ..board.rpc_tracker import BoardSession, TrackerAddress, device_counts, req
 from ..common.failure import BOARD_UNAVAILABLE
 from ..errors import BoardError
 from ..builder.builder import CachedArtifact
-from .futures import PromisedFuture
 from ..common.rpc import remote_module
 from ..profile.schema import MeasureSettings
 from .evaluator import AdaptiveEvaluator, AdaptiveResult
+from .futures import PromisedFuture
 
 
 def cache_flush_preproc(config: MeasureSettings, device: str) -> str:

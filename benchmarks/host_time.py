@@ -122,8 +122,8 @@ def _variant(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | board | other | kernels ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted({_variant(r) for r in rows}):
         group = [r for r in rows if _variant(r) == key and r["host_s_per_trial"]]
         if not group:
@@ -138,7 +138,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {len(group)} | "
             f"{statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
-            + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "board", "other"))
+            + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "build_beside", "board", "other"))
             + f" | {statistics.median(kernels):.3f} |" if kernels else " | - |"
         )
     return "\n".join(lines)

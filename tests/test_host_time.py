@@ -63,3 +63,17 @@ def test_host_time_splits_the_wall_clock_and_never_goes_negative() -> None:
     assert "cost model" not in stock.line()
     summary = TuneSummary.from_dict({"host_time": split.__dict__})
     assert summary.host_time_lines() == [HostTime(**split.__dict__).line()]
+
+
+def test_host_time_is_the_wall_clock_less_the_board_and_counts_overlapping_work_once() -> None:
+    # the runner waited 7 s for builds while the tuning thread searched, and 3 s of the search ran while the board
+    # measured: neither is host time twice (summing the runner's wait into build gave 2.1 s per trial here)
+    split = host_time(wall=20.0, search=8.0, cost_model=object(), build=1.0, board=6.0, measured=10, ahead=3.0,
+                      build_beside=7.0)
+    assert split.host_seconds == 14.0 and split.per_trial == 1.4
+    assert split.search - split.ahead + split.build + split.other == split.host_seconds  # the parts, ahead hidden
+    assert "builds the runner waited for beside the search 0.700" in split.line()
+    assert split.line().startswith("host time 1.400 s per measured trial")
+    # a summary written before the wall clock was kept: the sum of its parts, as it was written
+    old = {k: v for k, v in split.__dict__.items() if k not in ("wall", "build_beside")}
+    assert HostTime(**old).host_seconds == 8.0 + 1.0 + split.other

@@ -104,9 +104,10 @@ def summarize(run: RunSettings, plan: TaskPlan, session: TuneSession, outcome: T
         recipe=session.model.recipe.to_dict() if session.model is not None else None,
         schedules=library.to_dict() if library is not None else None,
         host_time=dataclasses.asdict(host_time(
-            outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds + builder_stats.waited_seconds,
+            outcome.seconds, report.seconds, session.cost_model, builder_stats.build_seconds,
             runner_stats.device_seconds + runner_stats.upload_seconds + runner_stats.session_seconds,
             runner_stats.measured, report.lookahead.seconds if report.lookahead is not None else 0.0,
+            builder_stats.waited_seconds,
         )),
     )
 

@@ -76,15 +76,17 @@ class Seconds:
 class HostTime:
     """Where the tuning wall clock went on the host, besides the board (seconds; ``benchmarks/host_time.py``).
 
-    ``search``: making batches, less the cost model's predictions in it; ``features``: the cost model's feature
-    rows (``feature_hits`` of ``feature_hits + feature_misses`` rows served by the cache); ``cost_model``: its
-    fits and predictions less features (None for a cost model that does not keep time); ``build``: candidates
-    built (the tuning thread in the builder, and the runner waiting for builds left to run beside the search:
-    then they overlap the search); ``board``: timing, upload and RPC sessions; ``other``: the rest of the wall
-    clock (the task scheduler, callbacks, the history, default and library schedules' overhead), never below 0.
+    The host's time is the tuning wall clock less the board's (``wall - board``: issue 55's figure). Of it, as the
+    tuning thread spent it: ``search``: making batches, less the cost model's predictions in it; ``features``: the
+    cost model's feature rows (``feature_hits`` of ``feature_hits + feature_misses`` rows served by the cache);
+    ``cost_model``: its fits and predictions less features (None for a cost model that does not keep time);
+    ``build``: the tuning thread inside the builder; ``other``: the rest (waiting for builds the search did not
+    hide, the task scheduler, callbacks, the history, default and library schedules' overhead), never below 0.
     ``ahead``: of ``search``, what was searched while the board measured the task's last batch
     (search/lookahead.py), or, on a board that shares the host's CPU, while its batch built: host time the board or
-    the builds hid, so not counted again in ``other``.
+    the builds hid, so not counted again in ``other``. ``build_beside``: how long the runner waited for builds
+    left to run beside the search, in its own thread: it overlaps the search, so it is shown, not added.
+    ``wall``: None in summaries written before it was kept (their host time is the sum of the parts).
     """
 
     search: float
@@ -97,9 +99,13 @@ class HostTime:
     feature_hits: int = 0
     feature_misses: int = 0
     ahead: float = 0.0
+    build_beside: float = 0.0
+    wall: float | None = None
 
     @property
     def host_seconds(self) -> float:
+        if self.wall is not None:
+            return max(0.0, self.wall - self.board)
         return self.search + (self.features or 0.0) + (self.cost_model or 0.0) + self.build + self.other
 
     @property
@@ -115,17 +121,21 @@ class HostTime:
         shown = ", ".join(f"{name} {value / self.measured_trials:.3f}" for name, value in parts if value is not None)
         if self.ahead:
             shown += f"; searched ahead while the board measured or the batch built {self.ahead / self.measured_trials:.3f}"
+        if self.build_beside:
+            shown += f"; builds the runner waited for beside the search {self.build_beside / self.measured_trials:.3f}"
         return (f"host time {self.per_trial:.3f} s per measured trial ({shown}); board {self.board / self.measured_trials:.3f} s"
                 + (f"; feature rows {self.feature_hits} of {self.feature_hits + self.feature_misses} from the cache"
                    if self.feature_hits + self.feature_misses else ""))
 
 
 def host_time(wall: float, search: float, cost_model: CostModel, build: float, board: float, measured: int,
-              ahead: float = 0.0) -> HostTime:
+              ahead: float = 0.0, build_beside: float = 0.0) -> HostTime:
     """The host's share of ``wall`` by component; ``cost_model`` is read for the times it keeps (the random forest).
 
-    ``ahead``: seconds of ``search`` made while the board measured (they overlap ``board``), or, on a board that
-    shares the host's CPU, while the batch built (they overlap ``build``).
+    ``build``: the tuning thread's time in the builder. ``ahead``: seconds of ``search`` made while the board
+    measured (they overlap ``board``), or, on a board that shares the host's CPU, while the batch built.
+    ``build_beside``: the runner's wait for builds in its own thread; it overlaps the search and is not added
+    (adding it counted the same seconds twice, once as search and once as build).
     """
     from ..costmodel.surrogate import RandomForestModel
 
@@ -140,7 +150,7 @@ def host_time(wall: float, search: float, cost_model: CostModel, build: float, b
     used = search + (feature_sec or 0.0) + (model_sec or 0.0) + build + board
     return HostTime(
         search=search, features=feature_sec, cost_model=model_sec, build=build, board=board,
-        other=max(0.0, wall - used + ahead), measured_trials=measured, ahead=ahead,
+        other=max(0.0, wall - used + ahead), measured_trials=measured, ahead=ahead, build_beside=build_beside, wall=wall,
         feature_hits=features.hits if features is not None else 0,
         feature_misses=features.misses if features is not None else 0,
     )

@@ -68,3 +68,23 @@ def test_a_library_schedule_is_rechecked_only_when_far_slower_than_its_record_at
     assert slow_against_record(slower_board, 1.5) == ["d", "b"]  # the same two, at a board twice as slow
     assert slow_against_record({"a": (300.0, 100.0)}, 1.5) == ["a"]  # under three tasks, the records' own pace
     assert slow_against_record({"a": (300.0, 100.0)}, 0.0) == []  # off
+
+
+def test_a_class_is_judged_by_the_tuned_cpu_models_records_where_the_library_has_them() -> None:
+    import json
+    import types
+
+    from edgetune.schedules.library import LibrarySchedule
+    from edgetune.tuning.lagging import class_gflops
+
+    def schedule(mcpu: str, gflops: float) -> LibrarySchedule:
+        target = json.dumps({"kind": "llvm", "mcpu": mcpu})
+        return LibrarySchedule(trace_json=[], latency_us=1.0, gflops=gflops, target_json=target, board="b", records=8)
+
+    # the exact workload, measured on a Zen 5 (300 GFLOPS) and on the Xeon being tuned (150 GFLOPS)
+    workload = types.SimpleNamespace(schedules=[schedule("znver5", 300.0), schedule("rocketlake", 150.0)])
+    library = types.SimpleNamespace(find=lambda mod: workload)
+    assert class_gflops(library, mod=None, mcpu="rocketlake") == 150.0  # its own CPU model's bar
+    assert class_gflops(library, mod=None, mcpu="znver5") == 300.0
+    assert class_gflops(library, mod=None, mcpu="skylake-avx512") == 300.0  # none of its own: the family's best
+    assert class_gflops(library, mod=None) == 300.0

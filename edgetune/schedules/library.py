@@ -25,6 +25,7 @@ that fails is a one-line :class:`~edgetune.errors.LibraryError`.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -55,7 +56,7 @@ class LibrarySchedule:
     board: str  # the board id (tracker key) that measured it
     records: int  # how many records the workload had when exported (its tuning budget so far)
 
-    @property
+    @functools.cached_property
     def mcpu(self) -> str:
         """The CPU model it was measured on (its target's ``mcpu``; "" where the target names none)."""
         try:

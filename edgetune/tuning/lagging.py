@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from tvm.ir import IRModule
     
-    from ..schedules.library import ScheduleLibrary
+    from ..schedules.library import LibrarySchedule, ScheduleLibrary
     from ..search.limits import TaskLimits
     from .summary import Json
 
@@ -77,7 +77,7 @@ class LaggingTask:
         return asdict(self)
 
 
-def class_gflops(library: ScheduleLibrary, mod: IRModule) -> float | None:
+def class_gflops(library: ScheduleLibrary, mod: IRModule, mcpu: str = "") -> float | None:
     """What ``mod``'s operator class reaches in ``library``: the median of its workloads' best GFLOPS, or None.
 
     The class is the workloads of ``mod``'s operator signature; where the library holds too few, those of the
@@ -85,20 +85,29 @@ def class_gflops(library: ScheduleLibrary, mod: IRModule) -> float | None:
 
     A workload the library holds exactly is judged by its own best record instead: a 1x1 convolution on a 7x7 map
     runs below the median of its class at its best, and its library schedule is that best.
+
+    ``mcpu``: the tuned target's CPU model. A workload's best is its records on that CPU model where it has any
+    (another CPU model of the family reaches other GFLOPS: a Zen 5 record is no bar for an Intel Xeon), else its
+    records on the family's others.
     """
     from ..tasks.signature import operator_signature
 
     exact = library.find(mod)
     if exact is not None:
-        own = [s.gflops for s in exact.schedules if s.gflops]
-        return max(own) if own else None
+        return _best_gflops(exact.schedules, mcpu)
     signature = operator_signature(mod)
     for workloads in (library.nearest_workloads(mod, signature), library.anchor_workloads(mod, signature)):
-        best = [max(s.gflops for s in workload.schedules if s.gflops)
-                for workload in workloads if any(s.gflops for s in workload.schedules)]
+        best = [gflops for workload in workloads if (gflops := _best_gflops(workload.schedules, mcpu)) is not None]
         if len(best) >= MIN_CLASS_WORKLOADS:
             return statistics.median(best)
     return None
+
+
+def _best_gflops(schedules: Sequence[LibrarySchedule], mcpu: str) -> float | None:
+    """The best GFLOPS of ``schedules`` measured on ``mcpu`` where there are any, else of all; None without one."""
+    own = [s.gflops for s in schedules if s.gflops and mcpu and s.mcpu == mcpu]
+    every = [s.gflops for s in schedules if s.gflops]
+    return max(own or every) if (own or every) else None
 
 
 def choose_lagging(

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..common.failure import is_failed
 from ..history.trace_codec import candidate_hash
+from ..schedules.library import target_cpu
 from .baseline import mean_or_none, measure_candidates, measure_defaults
 from .callbacks import RecordAndReport, record_all_then_stop
 from .confirm import measure_together
@@ -217,7 +218,7 @@ def search_lagging_tasks_first(run: RunSettings, plan: TaskPlan, first: FirstMea
         if plan.inventory is not None and plan.inventory.kernels[task.index].klass != "compute":
             continue
         standings.append(TaskStanding(task.name, task.weight * task.best_sec, task.best_gflops,
-                                      class_gflops(library.library, ctx.mod)))
+                                      class_gflops(library.library, ctx.mod, target_cpu(session.target))))
     lagging = choose_lagging(standings, model_sec, ratio=tuning.lagging_ratio, share=tuning.lagging_share)
     searched_first = reserve_for_lagging(lagging, session.limits, model_sec, tuning.lagging_trials)
     library.searched_first = [task.to_dict() for task in searched_first]

@@ -41,26 +41,28 @@ def label(arch: str, res: int, exporter: str) -> str:
 
 def run_population(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = json.loads(args.rows.read_text()) if args.rows.exists() else []
-    done = {(r["entry"], r["per_task"], r["seed"]) for r in rows}
+    done = {(r["entry"], r["per_task"], r["seed"], r.get("variant", "default")) for r in rows}
     entries = [e for e in real_exports.POPULATION if not args.only or any(o in label(*e[:3]) for o in args.only)]
     for per_task in args.per_task:  # the cheapest budget over the whole population first: a reading early
         for seed in args.seeds:
             for arch, res, exporter, in_zoo in entries:
                 entry = label(arch, res, exporter)
-                if (entry, per_task, seed) in done:
-                    continue
-                base = {"entry": entry, "arch": arch, "res": res, "exporter": exporter, "in_zoo": in_zoo}
-                try:
-                    path = real_exports.export(arch, res, exporter, args.exports, seed=0)
-                except (Exception, SystemExit) as error:  # noqa: BLE001 - an exporter's failure is a row
-                    row = {"model": entry, "per_task": per_task, "seed": seed, "variant": "default",
-                           "error": f"export: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"}
-                else:
-                    row = real_models.run_row(path, per_task, seed, "default", args)
-                rows.append({**base, **row})
-                args.rows.parent.mkdir(parents=True, exist_ok=True)
-                args.rows.write_text(json.dumps(rows, indent=1))
-                print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("protocol", "graph")}), flush=True)
+                for variant in args.variant:  # side by side, model by model, in the order given
+                    if (entry, per_task, seed, variant) in done:
+                        continue
+                    base = {"entry": entry, "arch": arch, "res": res, "exporter": exporter, "in_zoo": in_zoo}
+                    try:
+                        path = real_exports.export(arch, res, exporter, args.exports, seed=0)
+                    except (Exception, SystemExit) as error:  # noqa: BLE001 - an exporter's failure is a row
+                        text = str(error).strip()
+                        row = {"model": entry, "per_task": per_task, "seed": seed, "variant": variant,
+                               "error": f"export: {text.splitlines()[0] if text else type(error).__name__}"}
+                    else:
+                        row = real_models.run_row(path, per_task, seed, variant, args)
+                    rows.append({**base, **row})
+                    args.rows.parent.mkdir(parents=True, exist_ok=True)
+                    args.rows.write_text(json.dumps(rows, indent=1))
+                    print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("protocol", "graph")}), flush=True)
     return rows
 
 
@@ -82,6 +84,10 @@ def per_model_ratios(rows: list[dict[str, Any]], per_task: int, in_zoo: bool | N
 
 
 def report(rows: list[dict[str, Any]]) -> str:
+    variants = list(dict.fromkeys(r.get("variant", "default") for r in rows))
+    if len(variants) > 1:  # side by side: one report per variant
+        return "\n\n".join(f"Variant `{variant}`:\n\n" + report([r for r in rows if r.get("variant", "default") == variant])
+                           for variant in variants)
     lines = ["| trials per task | models | tuned | failed | median | geomean | worst (model) |", "|---|---|---|---|---|---|---|"]
     for per_task in sorted({r["per_task"] for r in rows}):
         for name, in_zoo in (("in the zoo", True), ("outside the zoo", False), ("all", None)):
@@ -147,9 +153,14 @@ def main() -> int:
     parser.add_argument("--exports", type=Path, default=Path("edgetune-out/exports"))
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/population"))
     parser.add_argument("--rows", type=Path, default=Path("benchmarks/population_rows.json"))
+    parser.add_argument("--variant", action="append", default=None,
+                        help="profile overrides compared side by side, model by model (real_models.py's syntax: "
+                             "default or SECTION.KEY=VALUE[,...]; repeat it; default: default only). The summary "
+                             "reads the last one given")
     parser.add_argument("--plot", type=Path, default=None, help="a PNG of the ratios' distribution")
     parser.add_argument("--report-only", action="store_true", help="the report of the rows there, nothing run")
     args = parser.parse_args()
+    args.variant = args.variant or ["default"]
     if args.report_only:
         if not args.rows.exists():
             parser.error(f"--rows must name an existing rows file, got {args.rows} instead")
@@ -157,8 +168,8 @@ def main() -> int:
     else:
         rows = run_population(args)
     print(report(rows))
-    if args.plot is not None and rows:
-        plot(rows, args.plot)
+    if args.plot is not None and rows:  # the last variant's (side by side, the one the summary reads)
+        plot([r for r in rows if r.get("variant", "default") == rows[-1].get("variant", "default")], args.plot)
     return 0
 
 

@@ -915,7 +915,7 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
     # heaviest convolutions and SqueezeNet 1.0's five, deepened at 96 from the library's own: build --heaviest --start-from;
     # then the int8 zoo at 32: the KWS fixture, Keras MobileNet and MobileNetV2 int8)
     assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 32, 64, 128, 32, 32, 32, 32, 32, 32, 32, 32,
-                                                                                 32, 96, 96, 32]
+                                                                                 32, 96, 96, 32, 32]
     assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224", "demo:transformer-bert@128",
             "demo:transformer@32", "demo:transformer-bert@32", "demo:resnet50@224",
             "demo:resnet18@128", "demo:mobilenetv2@128", "demo:mobilenetv1@128", "demo:squeezenet1.1@128",
@@ -977,6 +977,23 @@ def test_the_shipped_library_holds_torchvisions_squeezenets_as_torch_onnx_export
     assert len(extracted) == tasks
     missing = [t.task_name for t in extracted if library.find(t.dispatched[0]) is None]
     assert not missing, missing
+    # its 6 heaviest tasks were deepened on an Intel Xeon (Sapphire Rapids class, LLVM's rocketlake), where the Zen
+    # builds' schedules ran 18% slower at the median than 32 trials found: each holds that CPU model's own schedules,
+    # kept beside the Zen ones where a Zen build measured it too, and a tune on each CPU model tries its own first
+    from edgetune.tasks.flops import task_flops
+
+    heaviest = sorted(extracted, key=lambda t: -task_flops(t.dispatched[0]) * t.weight)[:6]
+    xeon = tvm.target.Target({"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
+    both = 0
+    for task in heaviest:
+        workload = library.find(task.dispatched[0])
+        cpus = {schedule.mcpu for schedule in workload.schedules}
+        assert "rocketlake" in cpus, (task.task_name, cpus)
+        assert workload.schedules_for(xeon)[0].mcpu == "rocketlake", task.task_name
+        for zen in cpus - {"rocketlake"}:
+            both += 1
+            assert workload.schedules_for(tvm.target.Target({"kind": "llvm", "mcpu": zen}))[0].mcpu == zen, task.task_name
+    assert both >= 3  # the classifier and the stem SqueezeNet 1.0 shares were built on the Xeon only
 
 
 def test_the_shipped_library_holds_densenets_heaviest_convolution_as_torch_onnx_export_writes_it(tmp_path) -> None:

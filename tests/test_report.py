@@ -152,6 +152,9 @@ def test_status_and_session_match_the_summary(tuned):
     # tiny-cnn: two convs and a dense layer; a mean, a reshape, and the transforms of a blocked conv layout
     assert kernels["compute_bound"] == 3 and kernels["memory_bound"] == 2 + _layout_transforms(summary)
     assert f"kernels: 3 compute-bound, {kernels['memory_bound']} memory-bound" in page
+    # issue 55: the host's time per measured trial, as the tune printed it (wall clock less the board's)
+    host = summary.host_time_lines()[0]
+    assert host.startswith("host time ") and html.escape(host) in page
     (session,) = table_rows(page, "sessions")
     assert session[0] == "S1" and int(session[2]) == summary.trials.this_run
     assert close(session[3], round(summary.seconds.tuning_wall, 1))

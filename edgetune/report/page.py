@@ -104,6 +104,7 @@ def _facts(summary: TuneSummary) -> str:
         ("search", _search_text(summary)),
         ("graph", "; ".join(summary.graph_lines()) or "-"),
         ("schedule library", "; ".join(summary.library_lines()) or "-"),
+        ("host time", "; ".join(summary.host_time_lines()) or "-"),
         ("last session", f"{summary.date}, edgetune {summary.edgetune_version}, TVM {summary.tvm_version}"),
     ]
     return '<table class="facts">' + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"

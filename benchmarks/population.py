@@ -47,18 +47,18 @@ def run_population(args: argparse.Namespace) -> list[dict[str, Any]]:
         for seed in args.seeds:
             for arch, res, exporter, in_zoo in entries:
                 entry = label(arch, res, exporter)
-                for variant in args.variant:  # side by side, model by model, in the order given
-                    if (entry, per_task, seed, variant) in done:
-                        continue
-                    base = {"entry": entry, "arch": arch, "res": res, "exporter": exporter, "in_zoo": in_zoo}
-                    try:
-                        path = real_exports.export(arch, res, exporter, args.exports, seed=0)
-                    except (Exception, SystemExit) as error:  # noqa: BLE001 - an exporter's failure is a row
-                        text = str(error).strip()
-                        row = {"model": entry, "per_task": per_task, "seed": seed, "variant": variant,
-                               "error": f"export: {text.splitlines()[0] if text else type(error).__name__}"}
-                    else:
-                        row = real_models.run_row(path, per_task, seed, variant, args)
+                variants = [v for v in args.variant if (entry, per_task, seed, v) not in done]
+                if not variants:
+                    continue
+                base = {"entry": entry, "arch": arch, "res": res, "exporter": exporter, "in_zoo": in_zoo}
+                try:  # once for every variant: they tune the same file
+                    path, failure = real_exports.export(arch, res, exporter, args.exports, seed=0), None
+                except (Exception, SystemExit) as error:  # noqa: BLE001 - an exporter's failure is a row
+                    text = str(error).strip()
+                    path, failure = None, f"export: {text.splitlines()[0] if text else type(error).__name__}"
+                for variant in variants:  # side by side, model by model, in the order given
+                    row = (real_models.run_row(path, per_task, seed, variant, args) if path is not None else
+                           {"model": entry, "per_task": per_task, "seed": seed, "variant": variant, "error": failure})
                     rows.append({**base, **row})
                     args.rows.parent.mkdir(parents=True, exist_ok=True)
                     args.rows.write_text(json.dumps(rows, indent=1))

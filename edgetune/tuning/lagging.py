@@ -105,9 +105,9 @@ def class_gflops(library: ScheduleLibrary, mod: IRModule, mcpu: str = "") -> flo
 
 def _best_gflops(schedules: Sequence[LibrarySchedule], mcpu: str) -> float | None:
     """The best GFLOPS of ``schedules`` measured on ``mcpu`` where there are any, else of all; None without one."""
-    own = [s.gflops for s in schedules if s.gflops and mcpu and s.mcpu == mcpu]
-    every = [s.gflops for s in schedules if s.gflops]
-    return max(own or every) if (own or every) else None
+    every = [s for s in schedules if s.gflops]
+    own = [s for s in every if mcpu and s.mcpu == mcpu]
+    return max((s.gflops for s in own or every), default=None)
 
 
 def choose_lagging(

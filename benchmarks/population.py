@@ -161,6 +161,8 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true", help="the report of the rows there, nothing run")
     args = parser.parse_args()
     args.variant = args.variant or ["default"]
+    for variant in args.variant:  # a malformed one is one line before any tune, not an exit mid-run
+        real_models.parse_variant(variant)
     if args.report_only:
         if not args.rows.exists():
             parser.error(f"--rows must name an existing rows file, got {args.rows} instead")

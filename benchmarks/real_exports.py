@@ -83,7 +83,14 @@ def torchvision_module(name: str) -> Any:
 
 
 def torchvision_model(arch: str, seed: int = 0) -> Any:
-    """torchvision's ``arch`` in eval mode with random weights (seeded)."""
+    """torchvision's ``arch`` in eval mode with random weights (seeded), its normalization layers as after training.
+
+    Freshly initialised, a BatchNorm is the identity (scale 1, shift 0, mean 0, variance 1), so the bias it folds
+    into its convolution is all zeros, and an exporter that optimises the graph (the dynamo exporter's) drops it: the
+    convolution it writes has no bias, unlike a trained model's, and the library's convolution-plus-bias workloads
+    are not found (2026-12-02: 3 of MobileNetV2's 35 tasks). So each BatchNorm gets seeded statistics and affine
+    parameters in a trained model's range; only values change, not the graph a trained model exports to.
+    """
     import torch
 
     if arch not in MODULES:
@@ -91,7 +98,18 @@ def torchvision_model(arch: str, seed: int = 0) -> Any:
     torch.manual_seed(seed)
     builder = getattr(torchvision_module(MODULES[arch]), arch)
     kwargs = {"aux_logits": False, "init_weights": True} if arch == "googlenet" else {}
-    return builder(weights=None, **kwargs).eval()
+    model = builder(weights=None, **kwargs).eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.running_var is not None:
+                shape = module.running_mean.shape
+                module.running_mean.copy_(0.1 * torch.randn(shape, generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(shape, generator=generator))
+                if module.affine:
+                    module.weight.copy_(0.5 + torch.rand(shape, generator=generator))
+                    module.bias.copy_(0.1 * torch.randn(shape, generator=generator))
+    return model
 
 
 def export(arch: str, res: int, exporter: str, out_dir: Path, seed: int = 0) -> Path:

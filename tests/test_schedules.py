@@ -1139,6 +1139,39 @@ def test_the_avx2_library_is_used_by_an_avx2_target_and_covers_its_zoo() -> None
     assert not missing, missing
 
 
+def test_the_avx2_library_holds_a_real_avx2_cpus_schedules_for_torchvisions_squeezenet_11(tmp_path) -> None:
+    """The AVX2 library was built on a Zen 4 with code for Haswell (a stand-in) from the zoo's lookalikes only: on a real
+    AVX2 CPU (an AMD EPYC Zen 3, LLVM's znver3) torchvision's SqueezeNet 1.1 as torch.onnx.export writes it found none of
+    its workloads and ran every task from an adapted schedule. Its 6 heaviest tasks now hold that CPU's own schedules,
+    tried first on a znver3 target, and the zoo says which export they came from."""
+    import torch
+
+    import torch_models
+    from edgetune.schedules.use import shipped_libraries
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.flops import task_flops
+    from edgetune.tasks.graph import prepare_graph
+
+    torch_models.require_torch()
+    library = load_library(next(p for p in shipped_libraries() if p.name.startswith("x86-64-avx2")))
+    assert any(z.startswith("squeezenet1_1-224-onnx-torchscript.onnx via torch.onnx.export") and "6 heaviest" in z
+               for z in library.header["zoo"]), library.header["zoo"]
+    path = tmp_path / "squeezenet1_1.onnx"
+    torch.onnx.export(torch_models.squeezenet1_1(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
+                      opset_version=17, input_names=["input"], output_names=["logits"])
+    zen3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    prepared = prepare_graph(load_model(str(path)), "auto", "full", zen3)
+    extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, zen3), zen3)
+    heaviest = sorted(extracted, key=lambda t: -task_flops(t.dispatched[0]) * t.weight)[:6]
+    haswell = tvm.target.Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    for task in heaviest:
+        workload = library.find(task.dispatched[0])
+        assert workload is not None, task.task_name
+        assert workload.schedules_for(zen3)[0].mcpu == "znver3", task.task_name
+        # another CPU model also gets them (its own first where it has any)
+        assert workload.schedules_for(haswell), task.task_name
+
+
 def test_info_counts_the_ports_of_a_loopback_board_instead_of_listing_them() -> None:
     """A build's loopback RPC server gets a new port per run: info said 39 of them one by one."""
     from edgetune.schedules.library import _boards_in_brief

@@ -82,7 +82,8 @@ class HostTime:
     ``cost_model``: its fits and predictions less features (None for a cost model that does not keep time);
     ``build``: the tuning thread inside the builder; ``other``: the rest (waiting for builds the search did not
     hide, the task scheduler, callbacks, the history, default and library schedules' overhead), never below 0.
-    ``ahead``: of ``search``, what was searched while the board measured the task's last batch
+    ``ahead``: of ``search`` with its predictions (so of search, features and cost model together; it can exceed
+    ``search`` alone), what was searched while the board measured the task's last batch
     (search/lookahead.py), or, on a board that shares the host's CPU, while its batch built: host time the board or
     the builds hid, so not counted again in ``other``. ``build_beside``: how long the runner waited for builds
     left to run beside the search, in its own thread: it overlaps the search, so it is shown, not added.
@@ -120,7 +121,10 @@ class HostTime:
                  ("build", self.build), ("other", self.other)]
         shown = ", ".join(f"{name} {value / self.measured_trials:.3f}" for name, value in parts if value is not None)
         if self.ahead:
-            shown += f"; searched ahead while the board measured or the batch built {self.ahead / self.measured_trials:.3f}"
+            # ahead includes the search's predictions, which ``search`` has not: it is a share of search, features
+            # and cost model together (so it can exceed ``search`` alone)
+            shown += (f"; of search, features and cost model, done ahead while the board measured or the batch built "
+                      f"{self.ahead / self.measured_trials:.3f}")
         if self.build_beside:
             shown += f"; builds the runner waited for beside the search {self.build_beside / self.measured_trials:.3f}"
         return (f"host time {self.per_trial:.3f} s per measured trial ({shown}); board {self.board / self.measured_trials:.3f} s"

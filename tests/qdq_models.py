@@ -96,10 +96,14 @@ def output_scale(path: Path) -> float:
     return float(scales[node.input[1]])
 
 
-def onnxruntime_outputs(path: Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+def onnxruntime_outputs(path: Path, inputs: dict[str, np.ndarray], fused: bool = True) -> list[np.ndarray]:
+    """ONNX Runtime's outputs; ``fused=False``: its graph optimizations off, so each QDQ group runs as the spec reads
+    it (dequantize, the float operator, quantize) instead of ONNX Runtime's fused int8 kernels."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
+    if not fused:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return session.run(None, inputs)

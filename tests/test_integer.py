@@ -198,11 +198,15 @@ def test_an_onnx_qdq_model_end_to_end_matches_onnxruntime(tmp_path: Path, per_ch
     entry = integer_entry(prepared)
     assert entry.status == "applied" and entry.detail.startswith("3 convolutions, 1 depthwise, 1 dense in int8"), entry.detail
     scale = output_scale(path)
+    # without AVX-512 VNNI, ONNX Runtime's fused int8 kernels are off by up to 4 quanta on 20% of one input's outputs
+    # (AMD Zen 3, AVX2, per-channel weights; the same model with its graph optimizations off matched these exactly on
+    # every input): there the reference is ONNX Runtime's unfused QDQ, as the ONNX spec reads it
+    fused = _host_has("avx512_vnni", "avx512bw")
     ours, theirs = [], []
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
         ours.append(np.rint(prepared.reference_outputs({model.inputs[0].name: x})[0] / scale))
-        theirs.append(np.rint(onnxruntime_outputs(path, {INPUT: x})[0] / scale))
+        theirs.append(np.rint(onnxruntime_outputs(path, {INPUT: x}, fused=fused)[0] / scale))
     assert_matches(ours, theirs, "ONNX Runtime")
 
 

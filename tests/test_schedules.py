@@ -947,6 +947,18 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
             assert not missing, (spec, missing)
 
 
+def _tasks_and_heaviest(path: Path, target: "tvm.target.Target", count: int = 6) -> tuple[list, list]:
+    """The tasks a tune extracts from the model at ``path`` for ``target`` (default graph preparation), and the ``count``
+    with the most FLOPs times repeats: those ``schedules build --heaviest`` tunes."""
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.flops import task_flops
+    from edgetune.tasks.graph import prepare_graph
+
+    prepared = prepare_graph(load_model(str(path)), "auto", "full", target)
+    extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    return extracted, sorted(extracted, key=lambda t: -task_flops(t.dispatched[0]) * t.weight)[:count]
+
+
 @pytest.mark.parametrize("architecture, entry, tasks", [("squeezenet1_1", "torchvision:squeezenet1_1@224", 29)])
 def test_the_shipped_library_holds_torchvisions_squeezenets_as_torch_onnx_export_writes_them(
     architecture: str, entry: str, tasks: int, tmp_path
@@ -960,8 +972,6 @@ def test_the_shipped_library_holds_torchvisions_squeezenets_as_torch_onnx_export
 
     import torch_models
     from edgetune.schedules.use import shipped_libraries
-    from edgetune.tasks import load_model, prepare_for_tuning
-    from edgetune.tasks.graph import prepare_graph
 
     torch_models.require_torch()
     library = load_library(next(p for p in shipped_libraries() if p.name.startswith("x86-64-avx512")))
@@ -972,17 +982,13 @@ def test_the_shipped_library_holds_torchvisions_squeezenets_as_torch_onnx_export
     torch.onnx.export(getattr(torch_models, architecture)(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
                       opset_version=17, input_names=["input"], output_names=["logits"])
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
-    prepared = prepare_graph(load_model(str(path)), "auto", "full", target)
-    extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    extracted, heaviest = _tasks_and_heaviest(path, target)
     assert len(extracted) == tasks
     missing = [t.task_name for t in extracted if library.find(t.dispatched[0]) is None]
     assert not missing, missing
     # its 6 heaviest tasks were deepened on an Intel Xeon (Sapphire Rapids class, LLVM's rocketlake), where the Zen
     # builds' schedules ran 18% slower at the median than 32 trials found: each holds that CPU model's own schedules,
     # kept beside the Zen ones where a Zen build measured it too, and a tune on each CPU model tries its own first
-    from edgetune.tasks.flops import task_flops
-
-    heaviest = sorted(extracted, key=lambda t: -task_flops(t.dispatched[0]) * t.weight)[:6]
     xeon = tvm.target.Target({"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2})
     both = 0
     for task in heaviest:
@@ -1148,9 +1154,6 @@ def test_the_avx2_library_holds_a_real_avx2_cpus_schedules_for_torchvisions_sque
 
     import torch_models
     from edgetune.schedules.use import shipped_libraries
-    from edgetune.tasks import load_model, prepare_for_tuning
-    from edgetune.tasks.flops import task_flops
-    from edgetune.tasks.graph import prepare_graph
 
     torch_models.require_torch()
     library = load_library(next(p for p in shipped_libraries() if p.name.startswith("x86-64-avx2")))
@@ -1160,9 +1163,7 @@ def test_the_avx2_library_holds_a_real_avx2_cpus_schedules_for_torchvisions_sque
     torch.onnx.export(torch_models.squeezenet1_1(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
                       opset_version=17, input_names=["input"], output_names=["logits"])
     zen3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
-    prepared = prepare_graph(load_model(str(path)), "auto", "full", zen3)
-    extracted = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, zen3), zen3)
-    heaviest = sorted(extracted, key=lambda t: -task_flops(t.dispatched[0]) * t.weight)[:6]
+    _extracted, heaviest = _tasks_and_heaviest(path, zen3)
     haswell = tvm.target.Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     for task in heaviest:
         workload = library.find(task.dispatched[0])

@@ -850,6 +850,62 @@ def test_a_deepening_build_tunes_each_models_heaviest_tasks_from_the_librarys_sc
         assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "no.db").exists()
 
 
+def test_a_build_for_this_cpu_tunes_the_workloads_the_library_holds_only_for_other_cpu_models(library_file, tmp_path,
+                                                                                                loopback_board) -> None:
+    """`schedules build --missing-from LIB --for-this-cpu`: a workload the library holds only as another CPU model's
+    schedules is tuned as a lacked one (a family shares instructions, not the best tiles); one held for this CPU model
+    is not. Without --for-this-cpu the same model is skipped whole."""
+    from edgetune.schedules.library import target_cpu
+    from edgetune.tuning.zoo import build_library
+
+    path, _db, profile = library_file
+    library = load_library(path)
+    cpu = target_cpu(profile.tvm_target())
+    assert cpu and all(s.mcpu == cpu for w in library.workloads for s in w.schedules)  # all this host's, as measured
+    extracted, lacked = _tasks_the_library_lacks(library, profile, "demo:tiny-cnn", tmp_path / "probe")
+    held = [task for task in extracted if task.task_name not in lacked]
+    assert len(held) >= 2, [t.task_name for t in extracted]  # one relabelled, one left: both outcomes can fail
+    # the first held task's workload as if another CPU model of the family had measured it
+    moved = library.find(held[0].dispatched[0])
+    for schedule in moved.schedules:
+        schedule.target_json = json.dumps({**json.loads(schedule.target_json), "mcpu": "another-cpu"})
+        schedule.__dict__.pop("mcpu", None)  # read above: the cached CPU model goes with the target
+    other = write_library(tmp_path / "other.schedules.gz", {k: v for k, v in library.header.items() if k != "workloads"},
+                          library.workloads)
+    assert all("mcpu" not in json.loads(line) for line in gzip.open(other, "rt"))  # a derived field is not stored
+    mixed = load_library(other)
+    assert {s.mcpu for s in mixed.find(held[0].dispatched[0]).schedules} == {"another-cpu"}
+
+    tracker, said = f"{loopback_board.host}:{loopback_board.port}", []
+    db = f"sqlite:///{tmp_path / 'mine.db'}"
+    if not lacked:  # the library holds the model whole: without --for-this-cpu nothing is tuned
+        skipped, _ = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=1, work_dir=tmp_path / "all",
+                                   tracker=tracker, key=loopback_board.key, missing_from=mixed, say=said.append)
+        assert skipped == [] and said[-1].endswith(" tasks are in other.schedules.gz: skipped"), said
+    built, mine = build_library(["demo:tiny-cnn"], profile, db, budget_per_workload=1, work_dir=tmp_path / "mine",
+                                out=tmp_path / "mine.schedules.gz", tracker=tracker, key=loopback_board.key,
+                                missing_from=mixed, for_this_cpu=True, say=said.append)
+    summary = json.loads((tmp_path / "mine" / "tiny-cnn" / "summary.json").read_text())
+    wanted = sorted(lacked | {held[0].task_name})
+    assert sorted(task["name"] for task in summary["tasks"]) == wanted
+    assert [(b.tasks, b.of_tasks) for b in built] == [(len(wanted), len(extracted))]
+    assert any(f"other.schedules.gz lacks them for {cpu}; it holds the other {len(extracted) - len(wanted)})" in line
+               for line in said), said
+    lacked_by = "the one" if len(wanted) == 1 else f"the {len(wanted)}"
+    assert mine is not None and mine.header["zoo"] == [
+        f"demo:tiny-cnn ({lacked_by} of its {len(extracted)} tasks other.schedules.gz lacked for {cpu})"]
+    # the relabelled workload started from the other CPU model's schedule of its own workload
+    task = next(t for t in summary["tasks"] if t["name"] == held[0].task_name)
+    assert task["library_latency_us"] is not None, task
+
+    for options, message in [
+        (["--for-this-cpu"], "edgetune: error: --for-this-cpu must come with --missing-from"),
+    ]:
+        done = run_cli("schedules", "build", "--budget", "1", "--db", f"sqlite:///{tmp_path / 'no.db'}", "--zoo",
+                       "demo:tiny-cnn", *options, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "no.db").exists()
+
 def test_the_last_batch_is_cut_to_the_runs_budget(tmp_path, loopback_board) -> None:
     """--trials is a limit: MetaSchedule counts whole batches, so 5 tasks x 2 would spend 10 of a search budget of 9."""
     from edgetune.profile import load_profile

@@ -13,6 +13,7 @@ EPILOG = """examples:
   edgetune schedules import team.schedules.gz --db postgresql://tuner@db-host/edgetune
   edgetune schedules info team.schedules.gz
   edgetune schedules build --budget 32 --db gap.db --out gap.schedules.gz --zoo net.onnx --missing-from auto
+  edgetune schedules build --budget 32 --db mine.db --out mine.schedules.gz --zoo net.onnx --missing-from auto --for-this-cpu --heaviest 6
   edgetune schedules build --budget 128 --db deep.db --out deep.schedules.gz --zoo net.onnx --heaviest 4 --start-from auto
   edgetune schedules merge shipped.schedules.gz more.schedules.gz --out all.schedules.gz
   edgetune tune --profile host --model net.onnx --schedules team.schedules.gz
@@ -60,6 +61,12 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
         help="tune only the tasks whose exact workload this library lacks (auto: the one shipped for the profile's "
         "CPU family): a model's new layers without tuning again what the library holds, each starting from the "
         "library's schedules of its neighbours, adapted; merge the result into it",
+    )
+    build_parser.add_argument(
+        "--for-this-cpu", action="store_true",
+        help="with --missing-from: a workload the library holds only as other CPU models' schedules counts as lacking "
+        "too (the target's mcpu): a new CPU model of the family builds its own (the best tiles differ between CPU "
+        "models), each task starting from the others' schedules of its workload",
     )
     build_parser.add_argument(
         "--heaviest", type=int, metavar="N",

@@ -324,7 +324,9 @@ def write_library(
                 "default_latency_us": workload.default_latency_us,
             }, sort_keys=True) + "\n")
             for schedule in workload.schedules:
-                out.write(json.dumps({"type": "schedule", "workload": index, **schedule.__dict__}, sort_keys=True) + "\n")
+                # the dataclass's fields only: its cached ``mcpu`` (in ``__dict__`` once read) is derived, not stored
+                fields = {name: getattr(schedule, name) for name in LibrarySchedule.__dataclass_fields__}
+                out.write(json.dumps({"type": "schedule", "workload": index, **fields}, sort_keys=True) + "\n")
     os.replace(staging, path)
     return path
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import OptionError, TuningInterrupted
 from ..schedules.export import export_library
-from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary
+from ..schedules.library import DEFAULT_TOP_K, ScheduleLibrary, target_cpu
 from ..tasks.provenance import model_writer, zoo_entry
 from .progress import ProgressSink, TaskProgress, TuneProgress
 
@@ -59,14 +59,14 @@ class ModelBuilt:
     #: which of its tasks were tuned when not all ("the 4 heaviest of its 120 tasks"); None: all of them
     chosen: str | None = None
 
-    def label(self, missing_from: str = "the library") -> str:
+    def label(self, missing_from: str = "the library", cpu: str = "") -> str:
         """How the library's zoo names it: a model stopped part-way, or tuned only in part, says so."""
         notes = []
         if self.chosen is not None:
             notes.append(self.chosen)
         elif self.of_tasks is not None:
             notes.append(f"{'the ' + str(self.tasks) if self.tasks > 1 else 'the one'} of its {self.of_tasks} tasks "
-                         f"{missing_from} lacked")
+                         f"{missing_from} lacked{_for(cpu)}")
         if self.stopped:
             notes.append(f"{self.tasks_at_budget} of {'them' if self.of_tasks is not None else f'its {self.tasks} tasks'} "
                          "at the budget")
@@ -106,6 +106,7 @@ def build_library(
     key: str | None = None,
     hours: float | None = None,
     missing_from: ScheduleLibrary | None = None,
+    for_this_cpu: bool = False,
     heaviest: int | None = None,
     start_from: ScheduleLibrary | None = None,
     say: Callable[[str], None] | None = None,
@@ -118,6 +119,9 @@ def build_library(
     history holds and return; the same call resumes. Ctrl-C writes it too, then raises as a tune does.
     ``missing_from``: tune only the tasks whose exact workload that library lacks (a model it holds whole is skipped),
     each starting from that library's schedules of other shapes and epilogues, adapted.
+    ``for_this_cpu`` (with ``missing_from``): a workload that library holds only as other CPU models' schedules counts
+    as lacked too (the target's ``mcpu``): a family shares instructions, not the best tiles, so a new CPU model builds
+    its own schedules for the zoo, each starting from the other models' schedules of its own workload.
     ``heaviest``: tune only each model's ``heaviest`` tasks by floating-point work (FLOPs times the times the model
     runs the task), of those ``missing_from`` lacks when given: a deeper budget where the model's time is.
     ``start_from``: every task starts from that library's schedules (its own workload's, else its neighbours',
@@ -137,6 +141,13 @@ def build_library(
         raise OptionError("the zoo must name at least one model, got none instead")
     if heaviest is not None and heaviest < 1:
         raise OptionError(f"--heaviest must be >= 1 task per model, got {heaviest} instead")
+    cpu = target_cpu(profile.tvm_target()) if for_this_cpu else ""
+    if for_this_cpu and missing_from is None:
+        raise OptionError("--for-this-cpu must come with --missing-from (the library whose CPU models it reads), got "
+                          "it alone instead")
+    if for_this_cpu and not cpu:
+        raise OptionError(f"--for-this-cpu needs a target that names its CPU model (mcpu), got "
+                          f"{profile.tvm_target().export()} instead")
     if missing_from is not None and start_from is not None:
         raise OptionError("--start-from must be left out with --missing-from (whose tasks start from its library "
                           "already), got both instead")
@@ -168,15 +179,15 @@ def build_library(
         target, model = pipeline.check_inputs()
         writer = None if model is None or spec.startswith("demo:") else model_writer(model.format, model.data)
         extracted = pipeline.extract_tasks(target, model)
-        selection = _select_tasks(extracted, missing_from, heaviest, start_from)
+        selection = _select_tasks(extracted, missing_from, heaviest, start_from, cpu)
         if selection is None:
-            say(f"[{number}/{len(zoo)}] {spec}: all its {len(extracted)} tasks are in {_name(missing_from)}: skipped")
+            say(f"[{number}/{len(zoo)}] {spec}: all its {len(extracted)} tasks are in {_held(missing_from, cpu)}: skipped")
             continue
         tasks, of_tasks, chosen = len(selection.wanted), selection.of_tasks, selection.chosen
         if tasks < len(extracted):
             options.task_names = [task.task_name for task in selection.wanted]  # the pipeline tunes these only
         options.trials = pipeline.trials = budget_per_workload * tasks
-        say(f"[{number}/{len(zoo)}] {spec}: {_tasks(tasks)}{selection.detail(missing_from)}, up to {options.trials} trials")
+        say(f"[{number}/{len(zoo)}] {spec}: {_tasks(tasks)}{selection.detail(missing_from, cpu)}, up to {options.trials} trials")
         started = time.monotonic()
         try:
             summary = pipeline.run()
@@ -198,10 +209,10 @@ def build_library(
             break
     library = None
     if out is not None and not built and missing_from is not None:
-        say(f"nothing to build: {_name(missing_from)} holds every task of the zoo; {out} not written")
+        say(f"nothing to build: {_name(missing_from)} holds every task of the zoo{_for(cpu)}; {out} not written")
     if out is not None and built:
         # a model the build stopped in is named with how far it got: a library user must not take it as done
-        covered = [b.label(_name(missing_from)) for b in built]
+        covered = [b.label(_name(missing_from), cpu) for b in built]
         library = _export(profile, db, out, covered, top_k=top_k, budget_per_workload=budget_per_workload, tracker=tracker)
         say(f"wrote {out}: {len(library.workloads)} workloads"
             + (f" (the build stopped part-way; zoo: {', '.join(covered)})" if len(built) < len(zoo) or stopped else ""))
@@ -236,33 +247,48 @@ class _Selection:
     of_tasks: int | None  # the model's tasks in all, where only those a library lacked (or the heaviest) are tuned
     chosen: str | None  # "the 3 heaviest of its 137 tasks; started from ...", where that is how they were chosen
 
-    def detail(self, missing_from: ScheduleLibrary | None) -> str:
+    def detail(self, missing_from: ScheduleLibrary | None, cpu: str = "") -> str:
         if self.chosen is not None:
             return f" ({self.chosen})"
         if self.of_tasks:
-            return f" ({_name(missing_from)} lacks them; it holds the other {self.of_tasks - len(self.wanted)})"
+            return (f" ({_name(missing_from)} lacks them{_for(cpu)}; it holds the other "
+                    f"{self.of_tasks - len(self.wanted)})")
         return ""
 
 
 def _select_tasks(
     extracted: Sequence[ExtractedTask], missing_from: ScheduleLibrary | None, heaviest: int | None,
-    start_from: ScheduleLibrary | None,
+    start_from: ScheduleLibrary | None, cpu: str = "",
 ) -> _Selection | None:
-    """Those of ``extracted`` that ``missing_from`` lacks (all without it; None: it holds every one), then the
-    ``heaviest`` of them."""
+    """Those of ``extracted`` that ``missing_from`` lacks (with ``cpu``: lacks that CPU model's schedules of; all
+    without it; None: it holds every one), then the ``heaviest`` of them."""
     wanted, of_tasks, chosen = list(extracted), None, None
     if missing_from is not None:
-        wanted = [task for task in extracted if missing_from.find(task.dispatched[0]) is None]
+        wanted = [task for task in extracted if not _holds(missing_from, task, cpu)]
         if not wanted:
             return None
         of_tasks = len(extracted)
     if heaviest is not None and heaviest < len(wanted):
-        lacked = f" {_name(missing_from)} lacked" if missing_from is not None else ""
+        lacked = f" {_name(missing_from)} lacked{_for(cpu)}" if missing_from is not None else ""
         chosen = f"the {_count(heaviest, 'heaviest')} of its {len(wanted)} tasks{lacked}"
         wanted, of_tasks = heaviest_tasks(wanted, heaviest), len(extracted)
     if start_from is not None:
         chosen = (f"{chosen}; " if chosen else "") + f"started from {_name(start_from)}"
     return _Selection(wanted, of_tasks, chosen)
+
+
+def _holds(library: ScheduleLibrary, task: ExtractedTask, cpu: str) -> bool:
+    """Whether ``library`` holds ``task``'s exact workload (with ``cpu``: schedules of it that CPU model measured)."""
+    workload = library.find(task.dispatched[0])
+    return workload is not None and (not cpu or any(schedule.mcpu == cpu for schedule in workload.schedules))
+
+
+def _for(cpu: str) -> str:
+    return f" for {cpu}" if cpu else ""
+
+
+def _held(library: ScheduleLibrary | None, cpu: str) -> str:
+    return f"{_name(library)} with {cpu} schedules" if cpu else _name(library)
 
 
 def heaviest_tasks(extracted: Sequence[ExtractedTask], count: int) -> list[ExtractedTask]:
@@ -319,6 +345,7 @@ def build_command(args: argparse.Namespace) -> int:
     build_library(list(args.zoo or ZOO), profile, args.db, budget_per_workload=args.budget,
                   work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key,
                   hours=args.hours, missing_from=_library_option("--missing-from", args.missing_from, profile),
+                  for_this_cpu=args.for_this_cpu,
                   heaviest=args.heaviest, start_from=_library_option("--start-from", args.start_from, profile))
     return 0
 

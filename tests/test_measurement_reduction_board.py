@@ -8,8 +8,8 @@ import contextlib
 import json
 import os
 import signal
-import threading
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,33 +86,36 @@ def _cv_rule(micro_batch: int) -> MeasureSettings:
     )
 
 
+#: stops and continues a process group at random until terminated: the first stall at once (one measurement can be
+#: over in 100 ms), then bursts of very different lengths, so that micro-batches of ~40 ms disagree
+_STALLER = """
+import os, random, signal, sys, time
+pgid, rng = int(sys.argv[1]), random.Random()
+time.sleep(rng.uniform(0.0, 0.020))
+while True:
+    os.killpg(pgid, signal.SIGSTOP)
+    time.sleep(rng.uniform(0.020, 0.200))
+    os.killpg(pgid, signal.SIGCONT)
+    time.sleep(rng.uniform(0.020, 0.250))
+"""
+
+
 @contextlib.contextmanager
 def _stalls(pgid: int):
-    """Stop and continue a process group at random, until the block ends."""
-    done = threading.Event()
-    # fresh entropy per block: a seed fixed per server (it was the pgid) repeats one
-    # stall pattern in every block, and one unlucky pattern then failed all of them
-    rng = np.random.default_rng()
+    """Stop and continue a process group at random, until the block ends.
 
-    def stall() -> None:
-        # the first stall comes at once (one measurement can be over in 100 ms); then
-        # bursts of very different lengths, so that micro-batches of ~40 ms disagree
-        wait = rng.uniform(0.0, 0.020)
-        while not done.wait(wait):
-            os.killpg(pgid, signal.SIGSTOP)
-            time.sleep(rng.uniform(0.020, 0.200))
-            os.killpg(pgid, signal.SIGCONT)
-            wait = rng.uniform(0.020, 0.250)
-
-    thread = threading.Thread(target=stall, daemon=True)
-    thread.start()
+    From a process of its own, not a thread of the test's: a thread needs this interpreter's GIL to send its SIGCONT.
+    CI hung here once with the server stopped for good and the test's process idle, most likely a thread holding
+    the GIL while it waited on the stopped server. Fresh entropy per block: a seed fixed per server repeated one
+    stall pattern in every block, and one unlucky pattern then failed all of them.
+    """
+    staller = subprocess.Popen([sys.executable, "-S", "-c", _STALLER, str(pgid)])
     try:
         yield
     finally:
-        done.set()
-        thread.join()
+        staller.kill()  # it may die between a stop and its continue: the group is continued below
+        staller.wait()
         os.killpg(pgid, signal.SIGCONT)
-
 
 
 def _runs_used(runner, artifact: str, args_info: list, times: int, micro_batch: int) -> list:

@@ -133,24 +133,7 @@ def build_library(
 
     say = say or _print_now
 
-    if budget_per_workload < 1:
-        raise OptionError(f"--budget must be >= 1 trial per workload, got {budget_per_workload} instead")
-    if hours is not None and not hours > 0:
-        raise OptionError(f"--hours must be > 0, got {hours} instead")
-    if not zoo:
-        raise OptionError("the zoo must name at least one model, got none instead")
-    if heaviest is not None and heaviest < 1:
-        raise OptionError(f"--heaviest must be >= 1 task per model, got {heaviest} instead")
-    cpu = target_cpu(profile.tvm_target()) if for_this_cpu else ""
-    if for_this_cpu and missing_from is None:
-        raise OptionError("--for-this-cpu must come with --missing-from (the library whose CPU models it reads), got "
-                          "it alone instead")
-    if for_this_cpu and not cpu:
-        raise OptionError(f"--for-this-cpu needs a target that names its CPU model (mcpu), got "
-                          f"{profile.tvm_target().export()} instead")
-    if missing_from is not None and start_from is not None:
-        raise OptionError("--start-from must be left out with --missing-from (whose tasks start from its library "
-                          "already), got both instead")
+    cpu = _check_options(zoo, profile, budget_per_workload, hours, heaviest, missing_from, for_this_cpu, start_from)
     # each task given the whole budget: the adaptive early stop (which saves a user's trials) would leave most
     # workloads far below the budget; nor is a task minor (tuning.minor_task_share): a reshape minor in one model can
     # be a model's slowest. A zoo is tuned from scratch (a library must not depend on a library); the tasks a library
@@ -219,6 +202,32 @@ def build_library(
     if stopped is not None and not timed_out:
         raise stopped
     return built, library
+
+
+def _check_options(
+    zoo: Sequence[str], profile: DeviceProfile, budget_per_workload: int, hours: float | None, heaviest: int | None,
+    missing_from: ScheduleLibrary | None, for_this_cpu: bool, start_from: ScheduleLibrary | None,
+) -> str:
+    """One line on the first bad option (nothing tuned, nothing written); the CPU model ``for_this_cpu`` reads, or ""."""
+    if budget_per_workload < 1:
+        raise OptionError(f"--budget must be >= 1 trial per workload, got {budget_per_workload} instead")
+    if hours is not None and not hours > 0:
+        raise OptionError(f"--hours must be > 0, got {hours} instead")
+    if not zoo:
+        raise OptionError("the zoo must name at least one model, got none instead")
+    if heaviest is not None and heaviest < 1:
+        raise OptionError(f"--heaviest must be >= 1 task per model, got {heaviest} instead")
+    cpu = target_cpu(profile.tvm_target()) if for_this_cpu else ""
+    if for_this_cpu and missing_from is None:
+        raise OptionError("--for-this-cpu must come with --missing-from (the library whose CPU models it reads), got "
+                          "it alone instead")
+    if for_this_cpu and not cpu:
+        raise OptionError(f"--for-this-cpu needs a target that names its CPU model (mcpu), got "
+                          f"{profile.tvm_target().export()} instead")
+    if missing_from is not None and start_from is not None:
+        raise OptionError("--start-from must be left out with --missing-from (whose tasks start from its library "
+                          "already), got both instead")
+    return cpu
 
 
 def _export(

@@ -66,6 +66,29 @@ def test_the_population_halves_where_it_returns_little_and_stays_within_its_boun
     assert report["programs_evaluated"] == 64 * 5  # the one round handed out: population x (iterations + 1)
 
 
+def test_before_the_cost_model_ranks_a_round_is_the_initial_sample_alone() -> None:
+    sizer = EffortSizer(64, min_population=16, smoothing=1.0)
+    # the forest's warm-up: its scores are random, so evolving them is a walk that buys nothing
+    assert sizer.effort("conv", ranking=False) == Effort(16, 0) == sizer.warmup
+    assert sizer.observe("conv", Effort(16, 0), None) == Effort(64, 4)  # nothing observed: the class keeps its effort
+    assert sizer.effort("conv", ranking=True) == Effort(64, 4)  # once it ranks, the class's own effort
+    report = sizer.to_dict()["classes"]["conv"]
+    assert report["rounds"] == 2 and report["warmup_rounds"] == 1 and report["rounds_observed"] == 0
+    assert report["programs_evaluated"] == 16 + 64 * 5
+    assert EffortSizer(8, min_population=8).warmup == Effort(8, 0)  # never above the batch's own population
+
+
+def test_the_random_forest_ranks_from_its_warmup_samples_on() -> None:
+    from edgetune.costmodel.surrogate import RandomForestModel
+
+    model = RandomForestModel(num_warmup_samples=4)
+    assert not model.ranks
+    model.add_measured("t", np.ones((3, 5)), [1e-3, 2e-3, 3e-3])
+    assert not model.ranks  # 3 of 4: predict still answers random scores
+    model.add_measured("u", np.ones((1, 5)), [1e-3])
+    assert model.ranks
+
+
 @pytest.mark.parametrize("bad, match", [
     (dict(min_population=1), "min_population"), (dict(min_return=-1.0), "min_return"),
     (dict(max_iterations=0), "max_iterations"), (dict(smoothing=0.0), "smoothing"),
@@ -104,7 +127,10 @@ def test_a_tune_sizes_each_round_by_its_returns_and_measures_every_trial(tmp_pat
     # 6 batches of 4 (one more searched ahead may end unused); the forest ranks from its 8th measurement on
     assert effort["rounds"] >= 6 and effort["rounds_observed"] >= 2, effort
     assert effort["iterations"] == 1 and effort["population"] == 16, effort
-    assert made[0] == Effort(32, 4) and Effort(16, 1) in made, made  # MetaSchedule's search made at each effort
+    # before that its scores are random: the first batches are the initial sample alone, at the smallest population
+    assert effort["warmup_rounds"] >= 1 and made[0] == Effort(16, 0), (effort, made)
+    # then the class's effort: the batch's population at MetaSchedule's depth, cut by the returns
+    assert Effort(32, 4) in made and Effort(16, 1) in made, made  # MetaSchedule's search made at each effort
     assert summary.search.population_size == 32
 
 

@@ -273,6 +273,11 @@ class RandomForestModel(PyCostModel):
     def num_samples_(self) -> int:
         return sum(len(g.costs) for g in self.groups_.values())
 
+    @property
+    def ranks(self) -> bool:
+        """Whether :meth:`predict` returns the forest's scores; False in its warm-up, when they are random."""
+        return self.num_samples_ >= self.num_warmup_samples
+
     def predict_mean_std(self, context: Any, candidates: list[Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Mean and standard deviation of the normalised throughput (None before warm-up)."""
         return self._mean_std(context, candidates, None)

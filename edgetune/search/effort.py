@@ -31,8 +31,17 @@ deeper (up to ``max_iterations``). The population doubles while one more
 population's worth of programs (``P`` predictions) bought by doubling returns at
 least ``min_return``, and halves when it returns under half of it (within
 ``min_population`` and ``max_population``). A class starts at MetaSchedule's
-depth and the batch's automatic population. Before the cost model ranks
-anything (its warm-up) nothing is observed and the class keeps its effort.
+depth and the batch's automatic population.
+
+Before the cost model ranks anything (the random forest's warm-up, its first
+measurements) its scores are random numbers, so evolving a population against
+them is a random walk that costs ``population x iterations`` mutations and
+predictions and ends where a random sample would. Such a round is the initial
+sample alone (no iteration) at the smallest population: AutoTVM, too, samples
+at random until its model has trained once. Nothing is observed then and the
+class keeps its effort for the rounds the forest ranks. On a tune with few
+tasks and a small budget (a 12-trial tune of a 2-convolution CNN: every round
+in the warm-up) this was most of the host's time.
 
 The search is the same MetaSchedule ``EvolutionarySearch``; only its
 ``population_size`` and ``genetic_num_iters`` change between rounds (one inner
@@ -129,12 +138,14 @@ class ClassReturns:
     population_gain: float | None = None
     rounds: int = 0
     observed: int = 0
+    warmup_rounds: int = 0  # rounds searched before the cost model ranked anything (the initial sample alone)
     programs: int = 0  # population x (iterations + 1), summed over its rounds: what the search evaluated
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rounds": self.rounds,
             "rounds_observed": self.observed,
+            "warmup_rounds": self.warmup_rounds,
             "population": self.effort.population,
             "iterations": self.effort.iterations,
             "programs_evaluated": self.programs,
@@ -184,6 +195,8 @@ class EffortSizer:
             raise ValueError(f"smoothing must be within (0, 1], got {smoothing!r} instead")
         self.start = Effort(min(max_population, max(min_population, int(population))),
                             min(DEFAULT_ITERATIONS, max_iterations))
+        #: a round's effort while the cost model's scores are random (its warm-up): the initial sample alone
+        self.warmup = Effort(min(min_population, self.start.population), 0)
         self.min_population, self.max_population = min_population, max_population
         self.min_return = min_return
         self.max_iterations = max_iterations
@@ -191,13 +204,19 @@ class EffortSizer:
         self._lock = threading.Lock()
         self.classes: dict[str, ClassReturns] = {}
 
-    def effort(self, task_class: str) -> Effort:
-        """The effort of ``task_class``'s next round (counted as a round of it)."""
+    def effort(self, task_class: str, *, ranking: bool = True) -> Effort:
+        """The effort of ``task_class``'s next round (counted as a round of it).
+
+        ``ranking`` False: the cost model's scores are still random (its warm-up), so the round is
+        :attr:`warmup`, whatever the class's effort.
+        """
         with self._lock:
             state = self.classes.setdefault(task_class, ClassReturns(self.start))
             state.rounds += 1
-            state.programs += state.effort.population * (state.effort.iterations + 1)
-            return state.effort
+            effort = state.effort if ranking else self.warmup
+            state.warmup_rounds += 0 if ranking else 1
+            state.programs += effort.population * (effort.iterations + 1)
+            return effort
 
     def observe(self, task_class: str, effort: Effort, returns: RoundReturns | None) -> Effort:
         """Fold one round's ``returns`` (run at ``effort``) into the class; the class's next effort."""

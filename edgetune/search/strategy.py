@@ -547,7 +547,8 @@ class AdaptiveSearch(PySearchStrategy):
         sizer = self.sizer
         if sizer is None:
             return self.inner.generate_measure_candidates()
-        effort = sizer.effort(self.task_class)
+        # before the forest ranks anything its scores are random: evolving them buys nothing (see .effort)
+        effort = sizer.effort(self.task_class, ranking=bool(getattr(self.surrogate, "ranks", True)))
         with self.surrogate.observing() as calls:
             pool = self._inner_for(effort).generate_measure_candidates()
         seed = int(self.rng.integers(1 << 30))

@@ -88,3 +88,38 @@ def test_a_class_is_judged_by_the_tuned_cpu_models_records_where_the_library_has
     assert class_gflops(library, mod=None, mcpu="znver5") == 300.0
     assert class_gflops(library, mod=None, mcpu="skylake-avx512") == 300.0  # none of its own: the family's best
     assert class_gflops(library, mod=None) == 300.0
+
+
+def test_a_task_proposes_nothing_once_the_runs_search_budget_is_spent_or_kept_for_others() -> None:
+    """A short run: the defaults, the library's schedules and the tasks searched first took the budget. Every other
+    task's search used to propose a batch (a whole evolutionary search each) that could not be measured."""
+    import tvm
+    import tvm.s_tir.meta_schedule as ms
+    from tvm import te
+
+    from edgetune.costmodel.surrogate import RandomForestModel
+    from edgetune.search.strategy import AdaptiveSearch, SearchReport, SearchSettings
+    from edgetune.builder.intrinsics import load_tensor_intrinsics
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    load_tensor_intrinsics(target)  # only this target's: TuneContext would import every one of TVM's (a minute)
+    a, b = te.placeholder((32, 32), name="A"), te.placeholder((32, 32), name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, te.compute((32, 32), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k))])})
+    limits = TaskLimits()
+    limits.set_search_budget(2)
+    assert limits.reserve("classifier", 2) == 2  # searched first: the 2 trials left are its own
+    report = SearchReport()
+    model = RandomForestModel(num_warmup_samples=2, seed=0)
+    strategy = AdaptiveSearch(SearchSettings(population_size=16, init_min_unmeasured=8, sampler="none", seed=0),
+                              surrogate=model, limits=limits, report=report)
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
+                         task_name="other", num_threads=2)
+    strategy = ctx.search_strategy  # the context holds a clone: drive it through MetaSchedule's own hooks
+    strategy.pre_tuning(8, 1, ctx.space_generator.generate_design_space(mod), ms.database.MemoryDatabase(), model)
+    assert strategy.generate_measure_candidates() is None
+    assert report.to_dict()["tasks"][0]["proposed"] == 0  # no search was made for it
+    strategy.post_tuning()
+    limits.release("classifier")  # its search ended: the 2 trials are anyone's again
+    strategy.pre_tuning(8, 1, ctx.space_generator.generate_design_space(mod), ms.database.MemoryDatabase(), model)
+    assert len(strategy.generate_measure_candidates()) == 1 and limits.search_left == 1

@@ -499,6 +499,10 @@ class AdaptiveSearch(PySearchStrategy):
             task.stopped_early = True
             task.early_stop_limit = self.cap
             return None
+        if self.limits.available(name) == 0:
+            # the run's search budget is spent (or kept for tasks searched first): a proposal could not be measured,
+            # and on a short run (the defaults and the library's schedules took nearly all) each costs a whole search
+            return None
         proposal, self._ahead = self._ahead or self._propose(), None
         if proposal is None:
             return None

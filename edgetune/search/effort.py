@@ -214,7 +214,8 @@ class EffortSizer:
             state = self.classes.setdefault(task_class, ClassReturns(self.start))
             state.rounds += 1
             effort = state.effort if ranking else self.warmup
-            state.warmup_rounds += 0 if ranking else 1
+            if not ranking:
+                state.warmup_rounds += 1
             state.programs += effort.population * (effort.iterations + 1)
             return effort
 

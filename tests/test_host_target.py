@@ -10,6 +10,7 @@ import pytest
 
 from edgetune.errors import ProfileError, TargetError
 from edgetune.profile import load_profile
+from edgetune.common import cpu_family
 from edgetune.profile.host import HostCPU, cpu_disagreement, host_cpu, usable_cores
 
 
@@ -97,3 +98,114 @@ def test_board_cpu_disagreeing_with_the_profile_is_said() -> None:
     assert cpu_disagreement("cortex-a72", "cortex-a72") is None
     assert "generic CPU" in cpu_disagreement(None, "cortex-a53")
     assert cpu_disagreement("cortex-a72", "cortex-a53") == "the board's CPU is cortex-a53 but the profile compiles for mcpu 'cortex-a72'"
+
+
+# -- a CPU model whose instructions this machine does not all offer (a VM that masks AVX-512) ------------------------
+#: the flags of a Zen 3 class machine, or of a Zen 4 guest whose hypervisor hides AVX-512: AVX2 and FMA
+AVX2_FLAGS = frozenset({"sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c"})
+
+
+def _features(target: dict) -> frozenset[str]:
+    import tvm
+    from tvm.target import codegen
+
+    return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(target)))
+
+
+def test_the_instructions_a_cpu_model_has_and_a_machine_lacks_are_named() -> None:
+    from edgetune.common.cpu_family import unavailable_instructions
+
+    zen4 = _features({"kind": "llvm", "mcpu": "znver4", "mtriple": "x86_64-linux-gnu"})
+    missing = unavailable_instructions(zen4, AVX2_FLAGS)
+    assert missing[0] == "avx512f" and "avx512vnni" in missing and "avx2" not in missing
+    assert unavailable_instructions(zen4, AVX2_FLAGS | {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd",
+                                                       "avx512_vnni", "avx512_bf16", "avx512ifma", "avx512vbmi",
+                                                       "avx512_vbmi2", "avx512_bitalg", "avx512_vpopcntdq"}) == []
+    assert unavailable_instructions(zen4, frozenset()) == []  # flags unknown: nothing is assumed missing
+
+
+def test_native_turns_off_what_a_masked_cpu_model_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Zen 4 guest without AVX-512: LLVM says znver4, whose code would die on its first AVX-512 instruction."""
+    import platform
+
+    from tvm.target import codegen
+
+    import edgetune.profile.host as host
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: "znver4")
+    monkeypatch.setattr(cpu_family, "cpuinfo_flags", lambda: AVX2_FLAGS)
+    cpu = host.host_cpu.__wrapped__()
+    assert cpu.name == "znver4" and cpu.mattr == ("-avx512f",)
+    assert "avx2" in cpu.features and not any(f.startswith("avx512") for f in cpu.features)
+    assert cpu.fp32_flops_per_cycle == 32 and "without avx512f" in cpu.describe()
+    # the same model where the machine offers AVX-512: nothing turned off
+    monkeypatch.setattr(cpu_family, "cpuinfo_flags", lambda: AVX2_FLAGS | {"avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                                                      "avx512cd", "avx512_vnni", "avx512_bf16",
+                                                                      "avx512ifma", "avx512vbmi", "avx512_vbmi2",
+                                                                      "avx512_bitalg", "avx512_vpopcntdq"})
+    assert host.host_cpu.__wrapped__().mattr == ()
+
+    # the host profile carries it: AVX2 code, the AVX2 family's library and layouts, no AVX-512 VNNI for int8
+    monkeypatch.setattr(host, "host_cpu", lambda: cpu)
+    from edgetune.common.cpu_family import family_of
+
+    profile = load_profile("host")
+    assert profile.target["mcpu"] == "znver4" and profile.target["mattr"] == ["-avx512f"]
+    assert "target.mattr" in profile.resolved and "-avx512f" in profile.resolved["target.mattr"]
+    assert family_of(profile.tvm_target()).name == "x86-64-avx2"
+    assert profile.int8_instruction() != "avx512-vnni"
+
+
+def test_a_profile_that_names_the_instruction_itself_keeps_its_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgetune.profile.host as host
+
+    monkeypatch.setattr(host, "host_cpu", lambda: HostCPU(name="znver4", arch="x86_64", cores=2, features=frozenset(),
+                                                           ghz=2.0, mattr=("-avx512f",)))
+    path = write(tmp_path, """
+        name = "mine"
+        [target]
+        kind = "llvm"
+        mcpu = "native"
+        mattr = ["+avx512f"]
+        """)
+    profile = load_profile(path)
+    assert profile.target["mattr"] == ["+avx512f"] and "target.mattr" not in profile.resolved
+
+
+def test_the_host_profile_uses_only_instructions_this_machine_offers() -> None:
+    """On this machine, whatever it is: the code the host profile asks LLVM for runs here (a masked VM included)."""
+    from edgetune.common.cpu_family import _llvm_features, unavailable_instructions
+
+    target = load_profile("host").tvm_target()
+    assert unavailable_instructions(_llvm_features(target)) == []
+
+
+def test_the_embedded_board_refuses_a_profile_with_instructions_this_cpu_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgetune.board.base import check_runnable_on_host
+    from edgetune.errors import BoardError
+
+    path = write(tmp_path, """
+        name = "zen4"
+        [target]
+        kind = "llvm"
+        mcpu = "znver4"
+        """)
+    profile = load_profile(path)
+    monkeypatch.setattr(cpu_family, "cpuinfo_flags", lambda: AVX2_FLAGS)
+    with pytest.raises(BoardError) as info:
+        check_runnable_on_host(profile)
+    message = str(info.value)
+    assert "\n" not in message and "avx512f" in message and "illegal instruction" in message
+    assert "--profile host" in message and '"-avx512f"' in message
+    # with AVX-512 turned off, the same CPU model runs here
+    path = write(tmp_path, """
+        name = "zen4-avx2"
+        [target]
+        kind = "llvm"
+        mcpu = "znver4"
+        mattr = ["-avx512f"]
+        """)
+    check_runnable_on_host(load_profile(path))

@@ -166,6 +166,7 @@ def check_runnable_on_host(profile: Any) -> None:
     """The embedded board runs code for this host's CPU, and for its CUDA GPU when it has one."""
     same_host = not profile.is_cross_compiled and profile.device.arch in ("", platform.machine())
     if same_host and profile.rpc.device == "cpu":
+        check_instructions_offered(profile)
         return
     if same_host and profile.rpc.device == "cuda":
         if host_has_cuda_gpu():
@@ -180,6 +181,26 @@ def check_runnable_on_host(profile: Any) -> None:
         f"loopback board runs {platform.machine()} CPU code (and CUDA code on a host with an NVIDIA GPU) only: "
         f"pass --tracker HOST:PORT (and --key) of a real board, or use --profile host"
     )
+
+
+def check_instructions_offered(profile: Any) -> None:
+    """Refuse, in one line, a profile whose code uses instructions this machine's CPU does not offer.
+
+    Its first candidate would kill the loopback board's server with SIGILL, and the tune would wait a minute for
+    a board that no longer serves before it stopped.
+    """
+    from ..common.cpu_family import _llvm_features, unavailable_instructions
+
+    target = profile.tvm_target()
+    missing = unavailable_instructions(_llvm_features(target))
+    if missing:
+        mcpu = str(target.attrs.get("mcpu", "") or "a generic CPU")
+        raise BoardError(
+            f"profile '{profile.name}' compiles for {mcpu} with {', '.join(missing)}, which this machine's CPU does "
+            f"not offer (its /proc/cpuinfo flags): the loopback board would crash on the first candidate (illegal "
+            f"instruction); use --profile host (mcpu \"native\": this CPU, less what it lacks) or add "
+            f"\"-{missing[0]}\" to the profile's target.mattr"
+        )
 
 
 def host_has_cuda_gpu() -> bool:

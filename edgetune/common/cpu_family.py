@@ -9,8 +9,10 @@ its ``mcpu`` name.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 #: (family name, architecture, required LLVM features); the first a target satisfies is its family
 FAMILIES: tuple[tuple[str, str, frozenset[str]], ...] = (
@@ -69,3 +71,58 @@ def _llvm_features(target: Any) -> frozenset[str]:
         return frozenset(str(f) for f in codegen.llvm_get_cpu_features(target))
     except Exception:  # noqa: BLE001 - an LLVM without this target's backend: no features known
         return frozenset()
+
+
+#: x86 instruction sets as LLVM features, each with the /proc/cpuinfo flag that says a machine offers it;
+#: in the order they are turned off (a feature off turns off those that need it: -avx512f all of AVX-512)
+X86_INSTRUCTION_FLAGS: dict[str, str] = {
+    "avx": "avx",
+    "avx2": "avx2",
+    "fma": "fma",
+    "f16c": "f16c",
+    "avx512f": "avx512f",
+    "avx512bw": "avx512bw",
+    "avx512dq": "avx512dq",
+    "avx512vl": "avx512vl",
+    "avx512cd": "avx512cd",
+    "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16",
+    "avx512fp16": "avx512_fp16",
+    "avx512ifma": "avx512ifma",
+    "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2",
+    "avx512bitalg": "avx512_bitalg",
+    "avx512vpopcntdq": "avx512_vpopcntdq",
+    "avxvnni": "avx_vnni",
+    "amx-tile": "amx_tile",
+    "amx-int8": "amx_int8",
+    "amx-bf16": "amx_bf16",
+}
+
+
+def unavailable_instructions(features: Iterable[str], flags: Iterable[str] | None = None) -> list[str]:
+    """The x86 instruction sets among LLVM ``features`` that this machine does not offer, in turning-off order.
+
+    ``flags``: the CPU's flags (default: this machine's ``/proc/cpuinfo``). Empty when they are unknown or the
+    machine is not x86: nothing is assumed missing that cannot be read.
+    """
+    if flags is None:
+        if platform.machine() not in ("x86_64", "AMD64", "i686"):
+            return []
+        flags = cpuinfo_flags()
+    offered = frozenset(flags)
+    if not offered:
+        return []
+    wanted = frozenset(features)
+    return [feature for feature, flag in X86_INSTRUCTION_FLAGS.items() if feature in wanted and flag not in offered]
+
+
+def cpuinfo_flags() -> frozenset[str]:
+    """This machine's CPU flags as the kernel lists them in ``/proc/cpuinfo`` (empty when it cannot be read)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return frozenset(line.split(":", 1)[1].split())
+    except (OSError, IndexError):
+        pass
+    return frozenset()

@@ -6,6 +6,17 @@ machine has. ``mcpu = "native"`` and ``num-cores = "auto"`` in a profile's
 ``[target]`` resolve, when the profile is loaded, to LLVM's name for this CPU
 and the cores this process may run on; an unset ``device.peak_gflops`` is then
 estimated from the vector width, the FMA units and the clock.
+
+LLVM names the CPU model from its family and model numbers, and a model
+implies its instructions. A virtual machine may hide some of them: a Zen 4
+(``znver4``) guest whose hypervisor masks AVX-512. Code for ``znver4`` then
+dies on its first AVX-512 instruction (SIGILL), and the loopback board with
+it. So the model's instructions are checked against the ones this machine
+offers (``/proc/cpuinfo``'s flags, what CPUID says here): those it lacks are
+turned off with ``mattr`` (``-avx512f``), keeping LLVM's name and tuning for
+the model. A profile for the embedded board that asks for instructions this
+machine lacks is refused before tuning (:func:`edgetune.board.base.check_runnable_on_host`; the table of instructions is
+:data:`edgetune.common.cpu_family.X86_INSTRUCTION_FLAGS`).
 """
 
 from __future__ import annotations
@@ -16,9 +27,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..common import cpu_family
+from ..common.cpu_family import unavailable_instructions
+
 #: the spelling in a profile that means "this machine's CPU" / "the cores this process may use"
 NATIVE_CPU = "native"
 AUTO_CORES = "auto"
+
 
 
 @dataclass(frozen=True)
@@ -30,6 +45,7 @@ class HostCPU:
     cores: int  # usable by this process (its affinity mask)
     features: frozenset[str]  # LLVM feature names that are enabled
     ghz: float | None  # nominal or maximum clock, when the kernel says
+    mattr: tuple[str, ...] = ()  # the model's instructions this machine does not offer, turned off ("-avx512f")
 
     @property
     def fp32_flops_per_cycle(self) -> int:
@@ -56,7 +72,9 @@ class HostCPU:
     def describe(self) -> str:
         clock = f"{self.ghz:.2f} GHz" if self.ghz else "clock unknown"
         peak = f"~{self.peak_gflops:g} GFLOPS FP32 peak" if self.peak_gflops else "peak unknown"
-        return f"{self.name} ({self.arch}), {self.cores} usable core{'s' if self.cores != 1 else ''}, {clock}, {peak}"
+        without = f" without {', '.join(m[1:] for m in self.mattr)} (not offered here)" if self.mattr else ""
+        return (f"{self.name}{without} ({self.arch}), {self.cores} usable core{'s' if self.cores != 1 else ''}, "
+                f"{clock}, {peak}")
 
 
 @lru_cache(maxsize=1)
@@ -66,11 +84,22 @@ def host_cpu() -> HostCPU:
     from tvm.target import codegen
 
     name = str(codegen.llvm_get_system_cpu())
+
+    def features_of(mattr: list[str]) -> frozenset[str]:
+        target = {"kind": "llvm", "mcpu": name, **({"mattr": mattr} if mattr else {})}
+        return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(target)))
+
+    mattr: list[str] = []
     try:
-        features = frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": name})))
+        features = features_of(mattr)
+        for feature in unavailable_instructions(features):
+            if feature in features:  # not yet turned off with one before it
+                mattr.append(f"-{feature}")
+                features = features_of(mattr)
     except Exception:  # an LLVM without feature introspection: estimate from /proc/cpuinfo flags
-        features = _cpuinfo_flags()
-    return HostCPU(name=name, arch=platform.machine(), cores=usable_cores(), features=features, ghz=_clock_ghz())
+        features, mattr = cpu_family.cpuinfo_flags(), []
+    return HostCPU(name=name, arch=platform.machine(), cores=usable_cores(), features=features, ghz=_clock_ghz(),
+                   mattr=tuple(mattr))
 
 
 def usable_cores() -> int:
@@ -95,16 +124,6 @@ def _clock_ghz() -> float | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def _cpuinfo_flags() -> frozenset[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return frozenset(line.split(":", 1)[1].split())
-    except (OSError, IndexError):
-        pass
-    return frozenset()
 
 
 def cpu_disagreement(profile_mcpu: str | None, board_cpu: str | None) -> str | None:

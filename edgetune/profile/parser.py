@@ -155,8 +155,18 @@ class _Parser:
                     )
                 from edgetune.profile.host import host_cpu
 
-                table["mcpu"] = host_cpu().name
+                cpu = host_cpu()
+                table["mcpu"] = cpu.name
                 resolved[f"{key}.mcpu"] = f"native -> {table['mcpu']}"
+                # the model's instructions this machine does not offer (a VM that masks AVX-512) stay off,
+                # unless the profile names them itself
+                named = {str(a)[1:] for a in table.get("mattr") or []}
+                off = [m for m in cpu.mattr if m[1:] not in named]
+                if off:
+                    table["mattr"] = [*(table.get("mattr") or []), *off]
+                    resolved[f"{key}.mattr"] = (
+                        f"native -> {', '.join(off)} (instructions a {cpu.name} has and this machine does not offer)"
+                    )
             if table.get("num-cores") == AUTO_CORES:
                 from edgetune.profile.host import usable_cores
 

@@ -188,3 +188,22 @@ def test_a_run_whose_only_board_goes_away_stops_with_the_resume_hint(tmp_path):
     engine.dispose()
     assert stored >= 1 and unavailable == 0
     assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_the_loopback_board_serves_on_after_a_candidate_kills_its_session(tmp_path, built):
+    """One server, the embedded board: TVM's own server stopped serving after a session's process died."""
+    good, crash = built
+    with LocalBoard(key="alone", num_threads=1, log_dir=tmp_path, servers=1) as board:
+        _wait_registered(board, 1)
+        runner = TrackerRunner(board.address, config=MeasureConfig(**FAST), board_wait_sec=30)
+        try:
+            results = [f.result() for f in runner.run(_inputs([crash, good[0], good[1]]))]
+        finally:
+            runner.close()
+        assert results[0].run_secs is None and not is_board_unavailable(results[0].error_msg)
+        assert [r.error_msg for r in results[1:]] == [None, None], runner.stats.errors
+        assert all(r.run_secs for r in results[1:])
+        _wait_registered(board, 1)  # still registered, the same process
+        assert board.server_processes[0].poll() is None
+    log = (tmp_path / "server.log").read_text()
+    assert "ended with its process" in log and "serving the next one" in log

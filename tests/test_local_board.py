@@ -48,7 +48,7 @@ def test_board_dies_with_a_parent_killed_by_sigkill(tmp_path):
         assert len(pgids) == 2, f"starter printed {line!r}"
         members = _live_members(pgids)
         assert any("tvm.exec.rpc_tracker" in m for m in members), members
-        assert any("tvm.exec.rpc_server" in m for m in members), members
+        assert any("edgetune.board.rpc_server" in m for m in members), members
 
         starter.kill()
         starter.wait(timeout=10)

@@ -154,7 +154,7 @@ class LocalBoard:
         env = {"TVM_NUM_THREADS": str(self.num_threads)} if self.num_threads else {}
         server = self._spawn(
             [
-                "tvm.exec.rpc_server",
+                "edgetune.board.rpc_server",
                 "--tracker",
                 f"{address.host}:{address.port}",
                 "--key",

@@ -10,13 +10,14 @@ estimated from the vector width, the FMA units and the clock.
 LLVM names the CPU model from its family and model numbers, and a model
 implies its instructions. A virtual machine may hide some of them: a Zen 4
 (``znver4``) guest whose hypervisor masks AVX-512. Code for ``znver4`` then
-dies on its first AVX-512 instruction (SIGILL), and the loopback board with
-it. So the model's instructions are checked against the ones this machine
+dies on its first AVX-512 instruction (SIGILL): every candidate fails. So the
+model's instructions are checked against the ones this machine
 offers (``/proc/cpuinfo``'s flags, what CPUID says here): those it lacks are
 turned off with ``mattr`` (``-avx512f``), keeping LLVM's name and tuning for
-the model. A profile for the embedded board that asks for instructions this
-machine lacks is refused before tuning (:func:`edgetune.board.base.check_runnable_on_host`; the table of instructions is
-:data:`edgetune.common.cpu_family.X86_INSTRUCTION_FLAGS`).
+the model (the instructions checked:
+:data:`edgetune.common.cpu_family.X86_INSTRUCTION_FLAGS`). A profile for the
+embedded board that asks for instructions this machine lacks is refused
+before tuning (:func:`edgetune.board.base.check_instructions_offered`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from ..common.cpu_family import unavailable_instructions
 #: the spelling in a profile that means "this machine's CPU" / "the cores this process may use"
 NATIVE_CPU = "native"
 AUTO_CORES = "auto"
-
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,6 @@ def _arch_of(triple: str) -> str:
     if triple:
         head = triple.split("-", 1)[0]
     else:
-        import platform
-
         head = platform.machine()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(head, head)
 

@@ -7,7 +7,10 @@ rows, the product's default, or 0, every row computed again, as before the
 cache) and the overlap (``--overlap``; on, the product's default: builds beside
 the search and each task's next batch searched while the board times its last;
 off: ``Components(builds_beside=False, search_ahead=False)``, the tuning thread
-waits for builds and measurements as before). The summary's ``host_time``
+waits for builds and measurements as before) and the batches one round of
+evolution proposes for K-means sampling (``--proposal-batches``:
+``edgetune.search.strategy.MAX_PROPOSAL_BATCHES``, 4 in the product, 1 as
+before: one round's sampled batch measured alone). The summary's ``host_time``
 section says where the wall clock went: the search (``ahead``: of it, what the
 board hid), the cost model's features and its fits and predictions, builds, the
 board, the rest. Side by side per seed, the order alternating, after one
@@ -27,6 +30,7 @@ Usage::
 
   python benchmarks/host_time.py --models demo:mobilenetv2@128 demo:transformer --per-task 32 --seeds 0 1 2
   python benchmarks/host_time.py --models demo:transformer --per-task 32 --cache on --overlap off on --board tracker --board-sleep 0.2
+  python benchmarks/host_time.py --models demo:transformer demo:mobilenetv2@128 --per-task 32 --cache on --proposal-batches 1 4 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -77,9 +81,10 @@ def slow_board(seconds_per_candidate: float) -> Any:
 
 
 def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace, overlap: str = "on",
-            board: Any = None, effort: str = "returns") -> dict[str, Any]:
+            board: Any = None, effort: str = "returns", proposal_batches: int = 4) -> dict[str, Any]:
     """One tune; ``board``: a TrackerBoard (``--board tracker``), None for the embedded board."""
     from edgetune.costmodel.surrogate import RandomForestModel
+    from edgetune.search import strategy
     from edgetune.profile import load_profile
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
     from edgetune.tuning.pipeline import Components
@@ -89,7 +94,7 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
         overrides["rpc"] = {"key": board.address.key}
     profile = load_profile(args.profile).with_overrides(**overrides)
     out_dir = args.out / (f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
-                          f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}")
+                          f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}-proposals{proposal_batches}")
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out_dir))
     n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
     components = Components(
@@ -98,14 +103,19 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
         wrap_runner=slow_board(args.board_sleep) if args.board_sleep > 0 else None,
     )
     load_before = os.getloadavg()[0]
-    started = time.monotonic()
-    summary = run_tune(TuneOptions(profile=profile, model=model, out_dir=out_dir, trials=per_task * n_tasks,
-                                   evaluate=False, board=board), components=components)
-    wall = time.monotonic() - started
+    product, strategy.MAX_PROPOSAL_BATCHES = strategy.MAX_PROPOSAL_BATCHES, proposal_batches
+    try:
+        started = time.monotonic()
+        summary = run_tune(TuneOptions(profile=profile, model=model, out_dir=out_dir, trials=per_task * n_tasks,
+                                       evaluate=False, board=board), components=components)
+        wall = time.monotonic() - started
+    finally:
+        strategy.MAX_PROPOSAL_BATCHES = product
     host = summary.host_time or {}
     measured = host.get("measured_trials") or 0
     return {
         "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "overlap": overlap, "effort": effort,
+        "proposal_batches": proposal_batches,
         "board": args.board, "board_sleep": args.board_sleep, "tasks": n_tasks,
         "wall_s": wall, "tuning_wall_s": summary.seconds.tuning_wall, "device_s": summary.seconds.device,
         "measured": measured, "host_time": host,
@@ -116,14 +126,15 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
 
 
 def _variant(row: dict[str, Any]) -> tuple[Any, ...]:
-    """What a row compares (rows written before the overlap existed ran it off, on the embedded board)."""
+    """What a row compares (rows written before the overlap existed ran it off, on the embedded board; before the
+    proposal batches, one batch per round)."""
     return (row["model"], row["per_task"], row["feature_cache"], row.get("overlap", "off"), row.get("board", "embedded"),
-            row.get("board_sleep", 0.0), row.get("effort", "fixed"))
+            row.get("board_sleep", 0.0), row.get("effort", "fixed"), row.get("proposal_batches", 1))
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | proposal batches | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted({_variant(r) for r in rows}):
         group = [r for r in rows if _variant(r) == key and r["host_s_per_trial"]]
         if not group:
@@ -136,10 +147,10 @@ def report(rows: list[dict[str, Any]]) -> str:
 
         kernels = [r["kernels_ms"] for r in group if r["kernels_ms"]]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {len(group)} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {key[7]} | {len(group)} | "
             f"{statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
             + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "build_beside", "board", "other"))
-            + f" | {statistics.median(kernels):.3f} |" if kernels else " | - |"
+            + (f" | {statistics.median(kernels):.3f} |" if kernels else " | - |")
         )
     return "\n".join(lines)
 
@@ -178,6 +189,8 @@ def main() -> int:
     parser.add_argument("--board-sleep", type=float, default=0.0, help="seconds added per measured candidate")
     parser.add_argument("--effort", nargs="+", choices=("returns", "fixed"), default=["returns"],
                         help="tuning.search_effort: sized by returns (the product's default) or fixed")
+    parser.add_argument("--proposal-batches", type=int, nargs="+", default=[4],
+                        help="batches one round of evolution proposes for K-means sampling (4: the product's; 1: as before)")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))
@@ -190,16 +203,17 @@ def main() -> int:
         # a first tune in a process pays its imports and thread pools: a throwaway one, so that no row does
         warm = argparse.Namespace(**{**vars(args), "out": args.out / "warm-up"})
         run_row(args.models[0], 1, 0, "on", warm, board=board)
-        variants = [(cache, overlap, effort) for cache in args.cache for overlap in args.overlap for effort in args.effort]
+        variants = [(cache, overlap, effort, batches) for cache in args.cache for overlap in args.overlap
+                    for effort in args.effort for batches in args.proposal_batches]
         for index, seed in enumerate(args.seeds):
             for model in args.models:
                 # side by side: the same seed's rows one after the other, the order alternating with the seed
-                for cache, overlap, effort in variants if index % 2 == 0 else variants[::-1]:
-                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, seed)
+                for cache, overlap, effort, batches in variants if index % 2 == 0 else variants[::-1]:
+                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, batches, seed)
                     if key in done:
                         continue
                     time.sleep(2.0)
-                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort)
+                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort, batches)
                     rows.append(row)
                     rows_path.parent.mkdir(parents=True, exist_ok=True)
                     rows_path.write_text(json.dumps(rows, indent=1))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from edgetune.builder.builder import WarmBuilder
+from edgetune.search.early_stop import EarlyStop
 from edgetune.search.effort import Effort, EffortSizer, RoundReturns, round_returns, top_mean
 from edgetune.search.strategy import AdaptiveSearch
 from test_search_ahead import _matmul, _options
@@ -142,3 +143,51 @@ def test_a_fixed_effort_keeps_metaschedules_search(tmp_path, loopback_board, mon
         options = _options(tmp_path / "fixed", loopback_board, 8, sampler="none", search_effort="fixed")
         summary = run_tune(options, components=Components(tasks=[("mm", _matmul(48), 1)], builder=builder))
     assert summary.trials.this_run == 8 and summary.search.effort is None and made == []
+
+
+def test_a_round_whose_sampling_keeps_little_fills_its_batch_from_the_next_proposed_batches(
+        tmp_path, loopback_board, monkeypatch) -> None:
+    # K-means sampling keeps about a third of a batch: a round of evolution that measured only that cost the host
+    # ~85 evolved programs per measured trial; one round now proposes several batches and measures a full one
+    from edgetune.search.sampling import KMeansSampler
+    from edgetune.tuning import Components, run_tune
+
+    clustered: list[int] = []
+
+    def keep_one(self: KMeansSampler, features: np.ndarray) -> list[int]:  # every batch is one cluster
+        clustered.append(len(features))
+        return [0]
+
+    monkeypatch.setattr(KMeansSampler, "select", keep_one)
+    made = _spy_on_inner_searches(monkeypatch)
+    handed_out: list[int] = []
+    original = AdaptiveSearch._cls._next_batch
+
+    def spy(self: AdaptiveSearch) -> Any:
+        batch = original(self)
+        if batch:
+            handed_out.append(len(batch))
+        return batch
+
+    monkeypatch.setattr(AdaptiveSearch._cls, "_next_batch", spy)
+    judged: list[int] = []
+    update = EarlyStop.update
+
+    def judge(self: EarlyStop, trials: int, batch_best: float | None) -> None:
+        judged.append(trials)
+        update(self, trials, batch_best)
+
+    monkeypatch.setattr(EarlyStop, "update", judge)
+    with closing(WarmBuilder(timeout_sec=60, max_workers=1)) as builder:
+        # the run's budget (which also bounds a task's proposals) does not bind: the task's cap of 8 measured does
+        options = _options(tmp_path / "kmeans", loopback_board, 64, sampler="kmeans", population_size=32,
+                           max_trials_per_task=8)
+        summary = run_tune(options, components=Components(tasks=[("mm", _matmul(48), 1)], builder=builder))
+    # each proposed batch of 4 was clustered on its own and kept one: four proposed batches make one measured batch
+    assert clustered and all(n > 1 for n in clustered), clustered
+    assert handed_out == [4, 4] and summary.trials.this_run == 8, (handed_out, summary.trials)
+    # the early stop still judged what each proposed batch kept as a batch of its own
+    assert judged == [1] * 8, judged
+    # the host evolved once per measured batch, not once per kept candidate
+    (effort,) = summary.search.effort["classes"].values()
+    assert made and effort["rounds"] <= len(handed_out) + 1 < summary.trials.this_run, (effort, handed_out)

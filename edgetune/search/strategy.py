@@ -14,7 +14,17 @@ Per batch, in the order MetaSchedule calls the hooks
    5 % share (needs a cost model with uncertainty; otherwise the inner
    search's fixed epsilon-greedy share stays);
 3. K-means sampling (§II.C of the early-stop paper) keeps one candidate per
-   cluster of similar candidates;
+   cluster of similar candidates. It keeps about a third of a batch, and one
+   round of evolution costs the host far more than the board's measurements,
+   so one round proposes up to :data:`MAX_PROPOSAL_BATCHES` batches of ``b``
+   (the inner search's next-best candidates, as the next rounds would have
+   proposed them without a measurement in between). Each batch gets its own
+   exploration share and is clustered on its own, as a round's batch was; the
+   kept candidates fill the measured batch up to ``b``, and the batches a
+   full measured batch does not need are not proposed. The cost model is
+   therefore updated once per measured batch of ``b``, not once per
+   proposed batch; the early stop still sees what each proposed batch kept
+   as one batch, in order;
 4. after measurement, the early stop updates the task's maximum trial count;
    once the task's measured trials reach it, the strategy returns ``None`` and
    MetaSchedule's task scheduler retires the task.
@@ -140,6 +150,8 @@ class SearchReport:
 
 #: batches of a run that look for transferred candidates before giving up
 TRANSFER_ATTEMPTS = 3
+#: with K-means sampling, the batches one round of evolution proposes at most (see the module docstring)
+MAX_PROPOSAL_BATCHES = 4
 
 
 @dataclass(frozen=True)
@@ -273,6 +285,8 @@ class Proposal:
     pool: list[Any]  # what the evolutionary search returned
     batch: list[Any]  # after exploration and sampling
     counts: TaskSearchReport  # proposed and random candidates, exploration: counted into the task's report at hand-out
+    #: structural hash -> the proposed batch (0, 1, ...) a candidate was sampled from; the early stop sees each apart
+    sampled_from: dict[int, int] = field(default_factory=dict)
 
     def count_into(self, task: TaskSearchReport) -> None:
         task.proposed += self.counts.proposed
@@ -347,6 +361,7 @@ class AdaptiveSearch(PySearchStrategy):
         self._measured: set[int] = set()  # structural hashes of the programs this task measured
         self._ahead: Proposal | None = None  # the next batch, searched while the last one was measured
         self._in_flight = 0  # candidates of the batch handed out and not yet notified
+        self._sampled_from: dict[int, int] = {}  # the batch in flight's Proposal.sampled_from
         self.task_class = ""  # the operator signature of the task's workload (what the effort is sized by)
         self._inners: dict[Effort, Any] = {}  # one inner search per effort used (see edgetune.search.effort)
         self._pre_tuning_args: tuple[Any, ...] = ()
@@ -416,7 +431,7 @@ class AdaptiveSearch(PySearchStrategy):
             database, cost_model = self._pre_tuning_args
             # an inner search hands out the best programs it has not handed out itself: the ones another effort's
             # search handed out (measured since) can rank first, so it returns enough to fill a batch without them
-            returned = self.plan + math.ceil(0.2 * effort.population)  # MetaSchedule's init_measured_ratio
+            returned = self.rounds_per_search * self.plan + math.ceil(0.2 * effort.population)  # init_measured_ratio
             inner.pre_tuning(1 << 30, returned, self.design_spaces, database, cost_model)
         return inner
 
@@ -444,7 +459,7 @@ class AdaptiveSearch(PySearchStrategy):
         self._pre_tuning_args = (database, cost_model)
         # the inner search never ends a task by itself: this strategy does
         if self.sizer is None:
-            self.inner.pre_tuning(1 << 30, num_trials_per_iter, design_spaces, database, cost_model)
+            self.inner.pre_tuning(1 << 30, self.rounds_per_search * self.plan, design_spaces, database, cost_model)
         expected = self.expected_trials_per_task or int(max_trials)
         self.stopper.start(int(max_trials), self.plan, expected=expected)
         self._task = self.report.task(str(self.context.task_name))
@@ -522,6 +537,7 @@ class AdaptiveSearch(PySearchStrategy):
             return None
         task.measured += len(batch)
         self._in_flight = len(batch)
+        self._sampled_from = proposal.sampled_from
         return batch
 
     def _propose(self) -> Proposal | None:
@@ -532,19 +548,36 @@ class AdaptiveSearch(PySearchStrategy):
         scratch = TaskSearchReport(str(self.context.task_name))  # counted into the task's report once handed out
         # the untuned code comes back from the database with postprocessing re-applied: it was measured
         # before the search (tuning.default_schedule), so a fresh sample takes its slot
-        batch = self._unmeasured(pool)[: self.plan]
-        pool = pool[: self.plan] if len(pool) > self.plan else pool
-        if len(batch) < len(pool):
-            missing = len(pool) - len(batch)
+        fresh = self._unmeasured(pool)
+        if len(fresh) < min(len(pool), self.plan):
+            missing = min(len(pool), self.plan) - len(fresh)
             # small design spaces (a reshape) sample the same programs often: draw more than the slots
-            batch += self._unmeasured(self.random_candidates(2 * missing + 2), batch)[:missing]
-        if self.exploration is not None:
-            batch = self.exploration.mix(self.context, batch, self.random_candidates(max(16, self.plan)), scratch)
-        scratch.proposed = len(batch)
-        if self.sampler is not None and len(batch) > 1:
-            keep = self.sampler.select(self._features(self.context, batch))
-            batch = [batch[i] for i in keep]
-        return Proposal(list(pool), batch, scratch)
+            fresh += self._unmeasured(self.random_candidates(2 * missing + 2), fresh)[:missing]
+        randoms = self.random_candidates(max(16, self.plan)) if self.exploration is not None else []
+        batch: list[Any] = []
+        sampled_from: dict[int, int] = {}
+        # one round of evolution, sampled as the next rounds would have been (see the module docstring)
+        for index in range(self.rounds_per_search):
+            chunk = fresh[index * self.plan:(index + 1) * self.plan]
+            # the task's budget caps what is proposed (the first batch was checked at hand-out)
+            if not chunk or len(batch) >= self.plan or (index and self._task.proposed + scratch.proposed >= self.budget):
+                break
+            if self.exploration is not None:
+                used = scratch.random_candidates
+                chunk = self.exploration.mix(self.context, chunk, randoms, scratch)
+                randoms = randoms[scratch.random_candidates - used:]  # mix takes the first ones
+            scratch.proposed += len(chunk)
+            if self.sampler is not None and len(chunk) > 1:
+                chunk = [chunk[i] for i in self.sampler.select(self._features(self.context, chunk))]
+            kept = self._unmeasured(chunk, batch)[: self.plan - len(batch)]
+            sampled_from.update((structural_hash(c.sch.mod), index) for c in kept)
+            batch += kept
+        return Proposal(list(pool[: self.plan]), batch, scratch, sampled_from)
+
+    @property
+    def rounds_per_search(self) -> int:
+        """The batches one round of evolution proposes: with K-means sampling :data:`MAX_PROPOSAL_BATCHES`, else 1."""
+        return MAX_PROPOSAL_BATCHES if self.sampler is not None and self.plan > 1 else 1
 
     def _evolve(self) -> list[Any] | None:
         """The inner evolutionary search's proposals, at the effort the task's class gets now (see :mod:`.effort`)."""
@@ -610,12 +643,21 @@ class AdaptiveSearch(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
         self._in_flight = 0
-        self._measured.update(structural_hash(c.sch.mod) for c in measure_candidates)
+        keys = [structural_hash(c.sch.mod) for c in measure_candidates]
+        self._measured.update(keys)
         for inner in self._inners.values() if self.sizer is not None else [self.inner]:
             inner.notify_runner_results(measure_candidates, results)
-        means = [float(np.mean([float(s) for s in r.run_secs])) for r in results if r.error_msg is None and r.run_secs]
-        throughputs = [1.0 / m for m in means if is_valid_secs(m)]
-        self.stopper.update(len(results), max(throughputs) if throughputs else None)
+        # the early stop sees the candidates sampled from each proposed batch as one batch, in the order proposed,
+        # as it did when a round measured one sampled batch (transferred seeds and fresh samples: the first)
+        groups: dict[int, list[Any]] = {}
+        for key, result in zip(keys, results):
+            groups.setdefault(self._sampled_from.get(key, 0), []).append(result)
+        self._sampled_from = {}
+        for index in sorted(groups) or [0]:
+            group = groups.get(index, [])
+            means = [float(np.mean([float(s) for s in r.run_secs])) for r in group if r.error_msg is None and r.run_secs]
+            throughputs = [1.0 / m for m in means if is_valid_secs(m)]
+            self.stopper.update(len(group), max(throughputs) if throughputs else None)
         self._task.early_stop_limit = self.stopper.limit
 
     def clone(self) -> AdaptiveSearch:

@@ -338,3 +338,27 @@ def test_records_timed_another_way_are_another_runs(tuned, tmp_path):
                      f" SELECT {columns}, 'warm', created_at - 86400 FROM records")
     notes: list[str] = []
     assert [r.id for r in history_records(summary, f"sqlite:///{db}", notes)] == [r.id for r in mine] and not notes
+
+
+def test_a_slow_end_of_tuning_still_puts_every_record_in_its_session(tmp_path, loopback_board, monkeypatch):
+    """The summary's date is when the tuning ended, not when the summary was made: on a busy host the board's
+    after-batch hook can take seconds, and the report then read the run's first records as another run's."""
+    from edgetune.board.base import TrackerBoard
+    from edgetune.measure.runner import TrackerRunner
+    from edgetune.profile import load_profile
+    from edgetune.report.data import load_run
+    from edgetune.tuning import TuneOptions, run_tune
+
+    wait_idle = TrackerRunner._cls.wait_idle  # the Python class behind the derived object
+
+    def slow(self, timeout_sec=None):
+        wait_idle(self, timeout_sec)
+        time.sleep(3.0)  # longer than the report's slack of 1.5 s
+
+    monkeypatch.setattr(TrackerRunner._cls, "wait_idle", slow)
+    profile = load_profile("host").with_overrides(rpc={"key": SESSION_KEY}, tuning={"schedules": "off"})
+    summary = run_tune(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path, trials=6, evaluate=False,
+                                   board=TrackerBoard(loopback_board)))
+    assert summary.trials.this_run >= 6
+    sessions = load_run(tmp_path).sessions
+    assert [s.summary is not None for s in sessions] == [True], [(s.label, s.start, s.end) for s in sessions]

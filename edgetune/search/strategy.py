@@ -431,7 +431,7 @@ class AdaptiveSearch(PySearchStrategy):
             database, cost_model = self._pre_tuning_args
             # an inner search hands out the best programs it has not handed out itself: the ones another effort's
             # search handed out (measured since) can rank first, so it returns enough to fill a batch without them
-            returned = self.rounds_per_search * self.plan + math.ceil(0.2 * effort.population)  # init_measured_ratio
+            returned = self.batches_per_round * self.plan + math.ceil(0.2 * effort.population)  # init_measured_ratio
             inner.pre_tuning(1 << 30, returned, self.design_spaces, database, cost_model)
         return inner
 
@@ -459,7 +459,7 @@ class AdaptiveSearch(PySearchStrategy):
         self._pre_tuning_args = (database, cost_model)
         # the inner search never ends a task by itself: this strategy does
         if self.sizer is None:
-            self.inner.pre_tuning(1 << 30, self.rounds_per_search * self.plan, design_spaces, database, cost_model)
+            self.inner.pre_tuning(1 << 30, self.batches_per_round * self.plan, design_spaces, database, cost_model)
         expected = self.expected_trials_per_task or int(max_trials)
         self.stopper.start(int(max_trials), self.plan, expected=expected)
         self._task = self.report.task(str(self.context.task_name))
@@ -556,8 +556,8 @@ class AdaptiveSearch(PySearchStrategy):
         randoms = self.random_candidates(max(16, self.plan)) if self.exploration is not None else []
         batch: list[Any] = []
         sampled_from: dict[int, int] = {}
-        # one round of evolution, sampled as the next rounds would have been (see the module docstring)
-        for index in range(self.rounds_per_search):
+        # one round of evolution, sampled as the next rounds would have sampled it (see the module docstring)
+        for index in range(self.batches_per_round):
             chunk = fresh[index * self.plan:(index + 1) * self.plan]
             # the task's budget caps what is proposed (the first batch was checked at hand-out)
             if not chunk or len(batch) >= self.plan or (index and self._task.proposed + scratch.proposed >= self.budget):
@@ -575,7 +575,7 @@ class AdaptiveSearch(PySearchStrategy):
         return Proposal(list(pool[: self.plan]), batch, scratch, sampled_from)
 
     @property
-    def rounds_per_search(self) -> int:
+    def batches_per_round(self) -> int:
         """The batches one round of evolution proposes: with K-means sampling :data:`MAX_PROPOSAL_BATCHES`, else 1."""
         return MAX_PROPOSAL_BATCHES if self.sampler is not None and self.plan > 1 else 1
 

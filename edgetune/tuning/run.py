@@ -46,6 +46,9 @@ class TuneOutcome:
     confirmed: tuple[ConfirmedTask, ...] = ()  # tasks whose fastest schedules were timed again
     seconds: float = 0.0
     search: SearchPlan | None = None  # how the search was sized; None when it did not run
+    #: Unix time the tuning ended: the summary's date (a report places the session's records by it, so not the time
+    #: the summary was made, which can come seconds later on a busy host: the board's after-batch hook, the stats)
+    ended_at: float = field(default_factory=time.time)
 
 
 @dataclass
@@ -130,7 +133,7 @@ def tune(run: RunSettings, plan: TaskPlan, first: FirstMeasurements, session: Tu
     return TuneOutcome(
         warm=tally.warm, defaults_measured=tally.defaults_measured, library_measured=tally.library_measured,
         scheduler=tally.scheduler, interrupted=tally.interrupted, stop_reason=recorder.stop_reason,
-        confirmed=tally.confirmed, seconds=time.monotonic() - started, search=tally.search,
+        confirmed=tally.confirmed, seconds=time.monotonic() - started, search=tally.search, ended_at=time.time(),
     )
 
 

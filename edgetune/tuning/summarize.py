@@ -42,7 +42,7 @@ def summarize(run: RunSettings, plan: TaskPlan, session: TuneSession, outcome: T
     return TuneSummary(
         edgetune_version=__version__,
         tvm_version=tvm.__version__,
-        date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        date=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(outcome.ended_at)),
         model=model_info(session.model, run.components.tasks),
         profile=run.profile.name,
         target=session.target.export(),

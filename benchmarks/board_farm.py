@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import platform
 import statistics
 import sys
@@ -51,6 +52,7 @@ def run_one(servers: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
     )
     out = Path(tempfile.mkdtemp(prefix=f"farm-{servers}-{seed}-"))
     board = EmbeddedBoard(key="farm", num_threads=1, log_dir=out / "board", servers=servers)
+    load_before = os.getloadavg()[0]
     started = time.monotonic()
     summary = run_tune(
         TuneOptions(profile=profile, model=args.model, out_dir=out, trials=args.trials, evaluate=False,
@@ -64,6 +66,7 @@ def run_one(servers: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
         "per_min": measured / busy * 60 if busy else None, "wall_s": time.monotonic() - started,
         "tuning_wall_s": summary.seconds.tuning_wall, "by_board": measurement.get("by_board", {}),
         "sessions_lost": measurement.get("sessions_lost", 0),
+        "load_before": load_before, "load_after": os.getloadavg()[0],
     }
 
 
@@ -80,7 +83,8 @@ def report_text(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: f
         "",
         f"Reproduce: `python benchmarks/board_farm.py --servers {' '.join(map(str, args.servers))} "
         f"--seeds {' '.join(map(str, args.seeds))} --model {args.model} --trials {args.trials} "
-        f"--cooldown {args.cooldown:g} --write-results` ({platform.machine()}, {seconds / 60:.0f} min in one run).",
+        f"--cooldown {args.cooldown:g} --write-results{'' if args.mark == MARK else ' --mark ' + args.mark}` "
+        f"({platform.machine()}, {seconds / 60:.0f} min in one run).",
         "",
         f"Each row tunes `{args.model}` through `run_tune` with profile `{args.profile}`, "
         f"`measure.cooldown_sec = {args.cooldown:g}` (board-bound time), {args.trials} trials; "
@@ -88,19 +92,21 @@ def report_text(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: f
         "from each batch's start to its last result. Values: median [min-max] over seeds; ratios per seed "
         f"against {min(args.servers)} server(s), then the median.",
         "",
-        "| servers | measured | busy s | candidates / busy min | x vs 1 | tuning wall s | x vs 1 | spread over boards (seed 0) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| servers | measured | busy s | candidates / busy min | x vs 1 | tuning wall s | x vs 1 | spread over boards (seed 0) | load before -> after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for servers in args.servers:
         mine = [r for r in rows if r["servers"] == servers]
         rate_ratio = [r["per_min"] / base[r["seed"]]["per_min"] for r in mine if r["per_min"] and base[r["seed"]]["per_min"]]
         wall_ratio = [base[r["seed"]]["tuning_wall_s"] / r["tuning_wall_s"] for r in mine]
         first = mine[0]["by_board"] if mine else {}
+        loads = ", ".join(f"{r['load_before']:.1f} -> {r['load_after']:.1f}" for r in mine if "load_before" in r)
         lines.append(
             f"| {servers} | {_median_spread([r['measured'] for r in mine])} | {_median_spread([r['busy_s'] for r in mine])} "
             f"| {_median_spread([r['per_min'] for r in mine if r['per_min']])} | {_median_spread(rate_ratio)} "
             f"| {_median_spread([r['tuning_wall_s'] for r in mine])} | {_median_spread(wall_ratio)} "
-            f"| {', '.join(str(v) for v in sorted(first.values(), reverse=True))} |"
+            f"| {', '.join(str(v) for v in sorted(first.values(), reverse=True))} "
+            f"| {loads} |"
         )
     return "\n".join(lines)
 
@@ -114,6 +120,7 @@ def main() -> int:
     parser.add_argument("--cooldown", type=float, default=1.0, help="measure.cooldown_sec: board-bound seconds per candidate")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--write-results", action="store_true")
+    parser.add_argument("--mark", default=MARK, help="the results section --write-results replaces (or adds)")
     args = parser.parse_args()
     started = time.monotonic()
     rows = []
@@ -125,7 +132,7 @@ def main() -> int:
     text = report_text(rows, args, time.monotonic() - started)
     print(text)
     if args.write_results:
-        write_section(text, MARK)
+        write_section(text, args.mark)
     return 0
 
 

@@ -10,7 +10,9 @@ off: ``Components(builds_beside=False, search_ahead=False)``, the tuning thread
 waits for builds and measurements as before) and the batches one round of
 evolution proposes for K-means sampling (``--proposal-batches``:
 ``edgetune.search.strategy.MAX_PROPOSAL_BATCHES``, 4 in the product, 1 as
-before: one round's sampled batch measured alone). The summary's ``host_time``
+before: one round's sampled batch measured alone) and the return an
+evolutionary iteration must buy to be run again (``--min-return``:
+``tuning.search_min_return``, 0.02 in the product). The summary's ``host_time``
 section says where the wall clock went: the search (``ahead``: of it, what the
 board hid), the cost model's features and its fits and predictions, builds, the
 board, the rest. Side by side per seed, the order alternating, after one
@@ -31,6 +33,7 @@ Usage::
   python benchmarks/host_time.py --models demo:mobilenetv2@128 demo:transformer --per-task 32 --seeds 0 1 2
   python benchmarks/host_time.py --models demo:transformer --per-task 32 --cache on --overlap off on --board tracker --board-sleep 0.2
   python benchmarks/host_time.py --models demo:transformer demo:mobilenetv2@128 --per-task 32 --cache on --proposal-batches 1 4 --seeds 0 1 2
+  python benchmarks/host_time.py --models demo:mobilenetv2@128 --per-task 32 --cache on --proposal-batches 2 4 --min-return 0.02 0.05
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from typing import Any
 CACHES = {"on": 100_000, "off": 0}
 OVERLAPS = ("on", "off")
 BOARDS = ("embedded", "tracker")
+DEFAULT_MIN_RETURN = 0.02  # the profile's tuning.search_min_return
 
 
 def slow_board(seconds_per_candidate: float) -> Any:
@@ -81,7 +85,8 @@ def slow_board(seconds_per_candidate: float) -> Any:
 
 
 def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace, overlap: str = "on",
-            board: Any = None, effort: str = "returns", proposal_batches: int = 4) -> dict[str, Any]:
+            board: Any = None, effort: str = "returns", proposal_batches: int = 4,
+            min_return: float = DEFAULT_MIN_RETURN) -> dict[str, Any]:
     """One tune; ``board``: a TrackerBoard (``--board tracker``), None for the embedded board."""
     from edgetune.costmodel.surrogate import RandomForestModel
     from edgetune.search import strategy
@@ -89,12 +94,14 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
     from edgetune.tuning.pipeline import Components
 
-    overrides: dict[str, Any] = {"tuning": {"seed": seed, "schedules": args.schedules, "search_effort": effort}}
+    overrides: dict[str, Any] = {"tuning": {"seed": seed, "schedules": args.schedules, "search_effort": effort,
+                                            "search_min_return": min_return}}
     if board is not None:
         overrides["rpc"] = {"key": board.address.key}
     profile = load_profile(args.profile).with_overrides(**overrides)
     out_dir = args.out / (f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
-                          f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}-proposals{proposal_batches}")
+                          f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}-proposals{proposal_batches}"
+                          + (f"-return{min_return:g}" if min_return != DEFAULT_MIN_RETURN else ""))
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out_dir))
     n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
     components = Components(
@@ -115,7 +122,7 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     measured = host.get("measured_trials") or 0
     return {
         "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "overlap": overlap, "effort": effort,
-        "proposal_batches": proposal_batches,
+        "proposal_batches": proposal_batches, "min_return": min_return,
         "board": args.board, "board_sleep": args.board_sleep, "tasks": n_tasks,
         "wall_s": wall, "tuning_wall_s": summary.seconds.tuning_wall, "device_s": summary.seconds.device,
         "measured": measured, "host_time": host,
@@ -127,14 +134,15 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
 
 def _variant(row: dict[str, Any]) -> tuple[Any, ...]:
     """What a row compares (rows written before the overlap existed ran it off, on the embedded board; before the
-    proposal batches, one batch per round)."""
+    proposal batches, one batch per round; before the minimum return was varied, the product's)."""
     return (row["model"], row["per_task"], row["feature_cache"], row.get("overlap", "off"), row.get("board", "embedded"),
-            row.get("board_sleep", 0.0), row.get("effort", "fixed"), row.get("proposal_batches", 1))
+            row.get("board_sleep", 0.0), row.get("effort", "fixed"), row.get("proposal_batches", 1),
+            row.get("min_return", DEFAULT_MIN_RETURN))
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | proposal batches | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | proposal batches | min return | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted({_variant(r) for r in rows}):
         group = [r for r in rows if _variant(r) == key and r["host_s_per_trial"]]
         if not group:
@@ -147,7 +155,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
         kernels = [r["kernels_ms"] for r in group if r["kernels_ms"]]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {key[7]} | {len(group)} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {key[7]} | {key[8]:g} | {len(group)} | "
             f"{statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
             + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "build_beside", "board", "other"))
             + (f" | {statistics.median(kernels):.3f} |" if kernels else " | - |")
@@ -191,6 +199,9 @@ def main() -> int:
                         help="tuning.search_effort: sized by returns (the product's default) or fixed")
     parser.add_argument("--proposal-batches", type=int, nargs="+", default=[4],
                         help="batches one round of evolution proposes for K-means sampling (4: the product's; 1: as before)")
+    parser.add_argument("--min-return", type=float, nargs="+", default=[DEFAULT_MIN_RETURN],
+                        help=f"tuning.search_min_return: the predicted return one more iteration must buy "
+                             f"({DEFAULT_MIN_RETURN:g}: the product's)")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))
@@ -203,17 +214,17 @@ def main() -> int:
         # a first tune in a process pays its imports and thread pools: a throwaway one, so that no row does
         warm = argparse.Namespace(**{**vars(args), "out": args.out / "warm-up"})
         run_row(args.models[0], 1, 0, "on", warm, board=board)
-        variants = [(cache, overlap, effort, batches) for cache in args.cache for overlap in args.overlap
-                    for effort in args.effort for batches in args.proposal_batches]
+        variants = [(cache, overlap, effort, batches, ret) for cache in args.cache for overlap in args.overlap
+                    for effort in args.effort for batches in args.proposal_batches for ret in args.min_return]
         for index, seed in enumerate(args.seeds):
             for model in args.models:
                 # side by side: the same seed's rows one after the other, the order alternating with the seed
-                for cache, overlap, effort, batches in variants if index % 2 == 0 else variants[::-1]:
-                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, batches, seed)
+                for cache, overlap, effort, batches, ret in variants if index % 2 == 0 else variants[::-1]:
+                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, batches, ret, seed)
                     if key in done:
                         continue
                     time.sleep(2.0)
-                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort, batches)
+                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort, batches, ret)
                     rows.append(row)
                     rows_path.parent.mkdir(parents=True, exist_ok=True)
                     rows_path.write_text(json.dumps(rows, indent=1))

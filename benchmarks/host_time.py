@@ -49,10 +49,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgetune.profile.schema import TuningSettings  # the settings' schema only: no TVM import
+
 CACHES = {"on": 100_000, "off": 0}
 OVERLAPS = ("on", "off")
 BOARDS = ("embedded", "tracker")
-DEFAULT_MIN_RETURN = 0.02  # the profile's tuning.search_min_return
+DEFAULT_MIN_RETURN = TuningSettings().search_min_return  # the product's tuning.search_min_return
 
 
 def slow_board(seconds_per_candidate: float) -> Any:

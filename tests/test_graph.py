@@ -401,6 +401,41 @@ def test_attention_reads_k_transposed_in_its_matmul_and_matches_onnx_runtime() -
     assert relative_error(model.reference_outputs(feeds)[0], theirs) < 1e-5
 
 
+def _concat_chain_module() -> tvm.IRModule:
+    """Keras's dense block in miniature: ``x = concat([x, f(x)])`` twice, each ``x`` also read by a ReLU."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 3, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.relu(x))
+            first = bb.emit(relax.op.concat([x, a], axis=1))
+            b = bb.emit(relax.op.nn.relu(first))
+            second = bb.emit(relax.op.concat([first, b], axis=-3))  # the same axis, written from the end
+            c = bb.emit(relax.op.nn.relu(second))
+            other = bb.emit(relax.op.concat([second, c], axis=2))  # another axis: left nested
+            out = bb.emit_output(relax.op.add(relax.op.sum(other), relax.op.sum(first)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_concat_of_a_concat_along_its_axis_is_one_concat_and_computes_the_same() -> None:
+    from edgetune.tasks.graph import flatten_concats
+
+    mod = _concat_chain_module()
+    flat, detail = flatten_concats(mod)
+    assert detail == "1 concats of a concat flattened"
+    concats = []
+    relax.analysis.post_order_visit(
+        flat["main"], lambda e: concats.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.concat" else None
+    )
+    widths = sorted(len(c.args[0].fields) for c in concats)
+    # concat([x, a]) stays (the final sum reads it), the second reads x, a and b, the other axis's stays two
+    assert widths == [2, 2, 3]
+    x = np.random.default_rng(0).standard_normal((1, 4, 3, 3)).astype("float32")
+    np.testing.assert_allclose(run(flat, x), run(mod, x), rtol=1e-6)
+    assert flatten_concats(flat) == (flat, "")  # nothing left to flatten: the graph as it was
+
+
 def test_unknown_graph_optimization_is_rejected() -> None:
     with pytest.raises(ValueError, match="graph_optimization must be one of full, none, got 'max' instead"):
         prepare_graph(load_model("demo:tiny-cnn"), optimization="max")

@@ -89,6 +89,14 @@ def test_keras_models_are_blocked_like_onnx_ones_and_match_litert(family: str) -
         assert _ops(model.mod, "relax.nn.pad") == 2 and _ops(first, "relax.nn.pad") == 0
         # the input's transpose only: before, DenseNet's dense blocks concatenated in NHWC between 124 of them
         assert _ops(first, "relax.permute_dims") == 1
+    if family == "densenet121":
+        # Keras's x = concat([x, new]) flattened: each layer's batch norm and ReLU read the pieces where their
+        # convolutions wrote them, in one kernel with the concat; before, every layer copied the block so far
+        (flat,) = [p for p in blocked.graph.passes if p.name == "flatten-concat"]
+        assert flat.status == "applied" and flat.detail.endswith("concats of a concat flattened"), flat
+        names = [t.task_name for t in ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, target), target)]
+        concats = [n for n in names if "concatenate" in n]
+        assert concats and all("multiply" in n for n in concats), concats
     inputs = model.random_inputs(seed=0)
     with tvm.transform.PassContext(opt_level=3):
         vm = relax.VirtualMachine(relax.build(blocked.mod, target=target), tvm.cpu())

@@ -20,6 +20,13 @@ machinery where it has it:
   becomes the elementwise arithmetic it is (``DecomposeOpsForInference``), so
   ``FuseOps`` puts it into its producer's epilogue instead of tuning it as a
   kernel of its own that returns a tuple. Training-mode norms are kept.
+* ``flatten-concat``: a concat of a concat along the same axis becomes one
+  concat of all the pieces. Keras writes DenseNet's dense block as
+  ``x = concat([x, new])``, layer after layer, so every layer copied the whole
+  block so far into a new buffer, and that copy, read by both the next concat
+  and the next layer's batch norm, fused with neither. Flattened, each layer
+  reads the pieces where their convolutions wrote them, in one kernel with its
+  batch norm and activation: the graph torchvision's DenseNet exports.
 * ``fuse-transpose-matmul``: ``matmul(a, transpose(b))`` (attention's
   ``q @ k^T``) becomes one kernel that reads ``b`` transposed
   (``relax.transform.FuseTransposeMatmul``), one data-movement kernel less.
@@ -178,6 +185,7 @@ def prepare_graph(
             ("fold-constants", _relax_pass(fold_constants())),
             ("fold-batch-norm", fold_batch_norms),
             ("decompose-batch-norm", _decompose_batch_norms),
+            ("flatten-concat", flatten_concats),
             ("fuse-transpose-matmul", _fuse_transpose_matmul),
         ]
     if target is not None:
@@ -311,6 +319,59 @@ def _block_channels(block: int, target: Any, grouped: bool) -> Callable[[tvm.IRM
         return block_channels(mod, block, target, grouped=grouped)
 
     return apply
+
+
+def flatten_concats(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:
+    """``concat([concat([a, b]), c])`` as ``concat([a, b, c])`` along one axis; the inner concat stays where else read."""
+    flattener = _ConcatFlattener(mod)
+    out = tvm.IRModule(mod.functions, attrs=mod.attrs)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            out[gvar] = flattener.visit_expr(func)
+    if not flattener.flattened:
+        return mod, ""
+    # an inner concat that only the outer one read is dead now
+    return relax.transform.DeadCodeElimination()(out), f"{flattener.flattened} concats of a concat flattened"
+
+
+_CONCAT = tvm.ir.Op.get("relax.concat")
+
+
+@relax.expr_functor.mutator
+class _ConcatFlattener(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.flattened = 0
+
+    def visit_call_(self, original: relax.Call) -> relax.Expr:
+        call = super().visit_call_(original)
+        axis = _concat_axis(call)
+        if axis is None:
+            return call
+        pieces: list[relax.Expr] = []
+        nested = 0
+        for piece in call.args[0].fields:
+            bound = self.lookup_binding(piece) if isinstance(piece, relax.Var) else None
+            if bound is not None and _concat_axis(bound) == axis:
+                pieces.extend(bound.args[0].fields)  # already flattened: its binding is the visited call
+                nested += 1
+            else:
+                pieces.append(piece)
+        if not nested:
+            return call
+        self.flattened += nested
+        return relax.op.concat(relax.Tuple(pieces), axis=axis)
+
+
+def _concat_axis(expr: Any) -> int | None:
+    """The non-negative axis of a ``concat`` of a literal tuple of tensors of known rank, else None."""
+    if not (isinstance(expr, relax.Call) and expr.op.same_as(_CONCAT) and isinstance(expr.args[0], relax.Tuple)):
+        return None
+    fields = expr.args[0].fields
+    ndims = {getattr(getattr(f, "ty", None), "ndim", -1) for f in fields}
+    if not fields or len(ndims) != 1 or min(ndims) < 1 or expr.attrs.axis is None:
+        return None
+    return int(expr.attrs.axis) % ndims.pop()
 
 
 def _fuse_transpose_matmul(mod: tvm.IRModule) -> tuple[tvm.IRModule, str]:

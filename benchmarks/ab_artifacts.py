@@ -97,7 +97,7 @@ def main() -> int:
                  "per_round_vs_first": statistics.median(to_first), "per_round_vs_baseline": statistics.median(to_base),
                  "blocks_ms": values}
         result["variants"][label] = entry
-        print(f"  {label:>12}: {entry['ms']:.3f} ms ({entry['min_ms']:.3f}-{entry['max_ms']:.3f}); per round: "
+        print(f"  {label:>12}: {entry['ms']:.4g} ms ({entry['min_ms']:.4g}-{entry['max_ms']:.4g}); per round: "
               f"{entry['per_round_vs_first']:.3f} x {first}, {entry['per_round_vs_baseline']:.3f} x {runtime}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

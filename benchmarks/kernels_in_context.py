@@ -77,6 +77,11 @@ def main() -> None:
     vm.set_instrument(instrument)
     for _ in range(args.runs):
         main_fn(*inputs)
+    if not in_model:
+        raise SystemExit(
+            f"error: {args.artifact} runs its VM compiled (edgetune.artifact.compile.CPU_VM_EXEC_MODE), which calls "
+            "its kernels without the instrument: build it with the bytecode VM to break it down"
+        )
 
     tuned = {}
     if args.summary:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -128,27 +129,37 @@ def test_concats_stay_kernels_off_the_cpu() -> None:
     assert "ConcatInPlace" in [p.info.name for p in lowering_passes(TARGET)]
 
 
+def _vm_instructions(build: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The VM instructions ``build()`` compiles to, as text: built with the bytecode VM, whose instructions
+    ``as_text`` lists (a CPU build's compiled VM is machine code); the passes before the VM's code are the same."""
+    import edgetune.artifact.compile
+
+    with monkeypatch.context() as patch:
+        patch.setattr(edgetune.artifact.compile, "CPU_VM_EXEC_MODE", "bytecode")
+        return build().as_text()
+
+
 @pytest.mark.parametrize("prepack", [False, True])
-def test_the_tuned_build_builds_concats_in_place(prepack: bool) -> None:
+def test_the_tuned_build_builds_concats_in_place(prepack: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """What ``edgetune tune`` and ``deploy`` deliver: ``compile_model`` with a history, weights prepacked or not."""
     from edgetune.artifact.compile import compile_model
 
     model = prepare_graph(load_model("demo:squeezenet1.1@32"), "NCHWc", "full", TARGET)
-    executable = compile_model(model.mod, TARGET, EmptyHistory(), prepack_weights=prepack)
-    text = executable.as_text()
+    text = _vm_instructions(lambda: compile_model(model.mod, TARGET, EmptyHistory(), prepack_weights=prepack), monkeypatch)
     assert "concatenate" not in text and text.count("vm.builtin.ensure_zero_offset") >= 8, text[:2000]
+    executable = compile_model(model.mod, TARGET, EmptyHistory(), prepack_weights=prepack)  # as delivered: compiled VM
     feeds = model.random_inputs(0)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     ours = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()]).numpy()
     np.testing.assert_allclose(ours, model.reference_outputs(feeds)[0], rtol=1e-4, atol=1e-4)
 
 
-def test_an_arm_board_build_builds_concats_in_place() -> None:
+def test_an_arm_board_build_builds_concats_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     """What tests/test_deploy_board.py ships to the emulated arm64 board (and verifies there) has no concat kernel."""
     from edgetune.artifact.compile import compile_model
     from edgetune.profile import load_profile
 
     target = load_profile("rpi4").tvm_target()
     model = load_model("demo:squeezenet1.1@32")  # as make_run_dir builds it: the graph as imported
-    text = compile_model(model.mod, target, EmptyHistory()).as_text()
+    text = _vm_instructions(lambda: compile_model(model.mod, target, EmptyHistory()), monkeypatch)
     assert "concatenate" not in text and text.count("vm.builtin.ensure_zero_offset") >= 8

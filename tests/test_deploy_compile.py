@@ -20,6 +20,19 @@ def test_untuned_model_cross_compiles_to_aarch64(tmp_path):
     assert not list(tmp_path.glob("*.so.tmp*")) and sorted(p.name for p in tmp_path.iterdir()) == ["model.so"]
 
 
+def test_a_cpu_model_runs_its_vm_compiled_and_a_gpu_one_interpreted() -> None:
+    """On CPUs the VM's calls are machine code in the library (``vm_tir_func``), not bytecode read per call."""
+    from edgetune.artifact.compile import vm_exec_mode
+
+    model = load_model("demo:tiny-cnn")
+    for name in ("host", "rk3399"):  # x86 and a cross-compiled aarch64 board
+        executable = compile_model(model.mod, load_profile(name).tvm_target())
+        assert "vm_tir_func" in executable.as_text(), (name, executable.as_text()[:200])
+    import tvm
+
+    assert vm_exec_mode(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})) == "bytecode"
+
+
 def test_model_runs_on_the_board_and_matches_the_host_reference(tmp_path, loopback_board):
     profile = load_profile("host")
     model = load_model("demo:tiny-cnn")

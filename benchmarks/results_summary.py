@@ -91,7 +91,8 @@ HEADLINES: tuple[Headline, ...] = (
              (Source("qdq_vs_onnxruntime_rows.json", "qdq_vs_onnxruntime"),), 8, only="qdq"),
     Headline("Keras float models (.tflite) vs LiteRT, 8 trials per task",
              "geometric mean <= 0.9x LiteRT, none above 1.2x (issue 53)",
-             (Source("int8_vs_litert_rows.json", "int8_vs_litert"), Source("keras_vs_litert_rows.json", "keras_vs_litert")),
+             (Source("int8_vs_litert_rows.json", "int8_vs_litert"), Source("keras_vs_litert_rows.json", "keras_vs_litert"),
+              Source("keras_zen4_rows.json", "keras_zen4_vs_litert")),
              8, only=r"^(?!.*int8)"),
     Headline("Keras float models (.tflite) at a second input size (160x160) vs LiteRT, 2 trials per task",
              "each family imports, tunes and matches LiteRT within 1e-4; at most 1.0x LiteRT at 2 trials per task in "

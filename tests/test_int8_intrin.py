@@ -125,7 +125,7 @@ def test_a_neon_profile_uses_neon_integer_ops_and_no_sdot() -> None:
 
 
 def test_the_pipelines_contexts_get_the_int8_space_and_keep_their_task_logs(tmp_path) -> None:
-    """What ``make_contexts`` does: MetaSchedule's contexts, then :func:`with_int8_spaces`. Only int8 tasks get the
+    """What ``make_contexts`` does: MetaSchedule's contexts, then :func:`with_task_spaces`. Only int8 tasks get the
     intrinsic's space, each still logging to its own file under the run's build logs (a TuneContext keeps no
     logger: it is found again by the name MetaSchedule gave it)."""
     import logging
@@ -133,7 +133,8 @@ def test_the_pipelines_contexts_get_the_int8_space_and_keep_their_task_logs(tmp_
     from tvm.s_tir import meta_schedule as ms
 
     from edgetune.builder.intrinsics import load_tensor_intrinsics
-    from edgetune.search.int8_space import _task_logger, is_int8_workload, with_int8_spaces
+    from edgetune.search.int8_space import is_int8_workload
+    from edgetune.search.spaces import task_logger, with_task_spaces
     from edgetune.tasks.int8 import int8_kernels
 
     target = tvm.target.Target(A76)
@@ -150,7 +151,7 @@ def test_the_pipelines_contexts_get_the_int8_space_and_keep_their_task_logs(tmp_
                 extracted, work_dir=str(tmp_path), strategy="evolutionary", num_threads=1, seed=1)
     finally:
         logging.getLogger("tvm.s_tir.meta_schedule").removeHandler(unnamed)
-    swapped = with_int8_spaces(list(contexts), "evolutionary")
+    swapped = with_task_spaces(list(contexts), "evolutionary")
     int8 = [i for i, c in enumerate(contexts) if is_int8_workload(c.mod)]
     assert len(int8) == 3 and len(swapped) == len(contexts)
     for i, (before, after) in enumerate(zip(contexts, swapped)):
@@ -159,7 +160,7 @@ def test_the_pipelines_contexts_get_the_int8_space_and_keep_their_task_logs(tmp_
     rules = [type(r).__name__ for r in swapped[int8[0]].space_generator.sch_rules]
     assert "MultiLevelTilingWithIntrin" in rules, rules
     index = int8[0]
-    logger = _task_logger(index, len(contexts), str(contexts[index].task_name))
+    logger = task_logger(index, len(contexts), str(contexts[index].task_name))
     files = [Path(h.baseFilename) for h in logger.handlers if isinstance(h, logging.FileHandler)]
     assert files and files[0].parent == tmp_path / "logs" and files[0].name.endswith(f"_{contexts[index].task_name}.log")
-    assert _task_logger(index, len(contexts), "no_such_task") is None  # MetaSchedule's default logger then
+    assert task_logger(index, len(contexts), "no_such_task") is None  # MetaSchedule's default logger then

@@ -164,39 +164,3 @@ def UnrollAroundTensorized() -> Any:  # noqa: N802 - a postproc constructor, nam
     if not _POSTPROC_CLASS:
         _POSTPROC_CLASS.append(_make_postproc_class())
     return _POSTPROC_CLASS[0]()
-
-
-def with_int8_spaces(contexts: list[Any], strategy: Any) -> list[Any]:
-    """``contexts`` with each int8 task's space replaced by :func:`int8_space` (where the target has an intrinsic).
-
-    Float tasks keep MetaSchedule's default space for the target, so their search is what it was.
-    """
-    from tvm.s_tir import meta_schedule as ms
-
-    out = []
-    for index, context in enumerate(contexts):
-        space = int8_space(context.target) if is_int8_workload(context.mod) else None
-        if space is None:
-            out.append(context)
-            continue
-        out.append(ms.TuneContext(
-            mod=context.mod, target=context.target, space_generator=space, search_strategy=strategy,
-            task_name=context.task_name, logger=_task_logger(index, len(contexts), str(context.task_name)),
-            rand_state=int(context.rand_state), num_threads=int(context.num_threads),
-        ).clone())
-    return out
-
-
-def _task_logger(index: int, count: int, task_name: str) -> Any:
-    """The per-task logger MetaSchedule made for the context (its file under the run's build logs), else None.
-
-    A ``TuneContext`` keeps only a logging function, not its logger: the logger is found again by the name
-    ``get_loggers_from_work_dir`` gives it (the task's index among ``count``, then its name); where none has
-    that name, MetaSchedule's default logger (None) is used.
-    """
-    import logging
-
-    from tvm.s_tir.meta_schedule import logging as ms_logging
-
-    name = f"{ms_logging.__name__}.task_{index:0{len(str(count - 1))}d}_{task_name[:100]}"
-    return logging.getLogger(name) if name in logging.Logger.manager.loggerDict else None

@@ -33,7 +33,7 @@ from ..search import make_search_strategy as _strategy_named
 from ..search import make_task_scheduler as _scheduler_named
 from ..search.effort import EffortSizer
 from ..search.factory import auto_population
-from ..search.int8_space import with_int8_spaces
+from ..search.spaces import with_task_spaces
 from ..search.limits import TaskLimits
 from ..search.lookahead import Lookahead, build_ahead_with
 from ..search.strategy import AdaptiveSearch, SearchReport
@@ -165,7 +165,8 @@ def make_contexts(
             num_threads=os.cpu_count() or 1,
             seed=run.profile.tuning.seed,
         )
-    return with_int8_spaces(list(contexts), strategy), [float(w) for w in weights]
+    return (with_task_spaces(list(contexts), strategy, depthwise_tiling=run.profile.tuning.depthwise_tiling),
+            [float(w) for w in weights])
 
 
 @contextlib.contextmanager

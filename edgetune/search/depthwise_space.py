@@ -1,0 +1,131 @@
+"""The search space of blocked depthwise convolutions: the channel lanes stay one vector, innermost.
+
+A depthwise convolution in ``NCHW{b}c`` (:func:`edgetune.tasks.blocked_computes.depthwise_conv2d_nchwc`)
+has no reduction over channels: each lane of the block is its own channel, so the lanes are the only
+axis that vectorizes without a shuffle. MetaSchedule's ``MultiLevelTiling`` splits the lane axis like any
+other spatial axis, into four sampled factors, and the vectorizer then takes whatever innermost loops the
+tiles leave. On MnasNet's depthwise tasks the best of 8 measured candidates (adapted from the library's
+other shapes) put all 16 lanes in the outermost tile: a scalar kernel, 37-71 GFLOPS where the same
+convolution written with its lanes innermost runs at 150-220.
+
+:class:`DepthwiseTiling` replaces ``MultiLevelTiling`` for these blocks (every other rule and
+postprocessor is the LLVM default). It keeps the lanes whole and innermost, tiles the output's rows and
+columns and the channel blocks into an outer part (parallel) and an inner register tile, and puts the
+kernel's taps between them::
+
+    n, chunks/outer, rows/outer, cols/outer, chunks/inner, taps y, taps x, rows/inner, cols/inner, lanes
+
+so every weight vector loaded is used on ``rows/inner x cols/inner`` outputs held in registers. The three
+splits are sampled (``SamplePerfectTile``), so the evolutionary search and its tile mutator still choose the
+tile sizes; the fused epilogue (bias, activation) is computed at the outer columns loop, and the padded
+input at one of two places (:data:`PAD_AT`), one sketch each. The traces are ordinary MetaSchedule
+instructions: they replay, transfer and ship in the library as any other.
+
+Random candidates of the two spaces on MnasNet 1.0's depthwise shapes (24 each, timed as the runner
+times them, cache flushed): best 31-62 us against 92-114 for MultiLevelTiling's, median 47-256 against
+269-493.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the block name of the blocked depthwise compute (:func:`edgetune.tasks.blocked_computes.depthwise_conv2d_nchwc`)
+DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"
+#: largest inner tile sampled for the output's rows, columns and the channel blocks: rows x cols accumulators
+#: of one vector each fit the 16-32 vector registers of x86 and ARM only in small tiles
+MAX_INNER = {"rows": 4, "cols": 4, "chunks": 2}
+
+
+def is_depthwise_nchwc_workload(mod: Any) -> bool:
+    """Whether ``mod`` (a task's IRModule) computes a blocked depthwise convolution of floats."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        sch = s_tir.Schedule(tvm.IRModule({gvar.name_hint: func}))
+        try:
+            block = sch.get(sch.get_sblock(DEPTHWISE_BLOCK, gvar.name_hint))
+        except Exception:  # noqa: BLE001 - TVM raises its own error for a block that is not there
+            continue
+        if len(block.iter_vars) == 7 and all(_dtype(region).startswith("float") for region in block.writes):
+            return True
+    return False
+
+
+def _dtype(region: Any) -> str:
+    source = getattr(region, "buffer", None) or region.source
+    return str(source.dtype)
+
+
+#: where a sketch computes the zero-padded input: per band of output rows (the halo computed once per band),
+#: or per kernel tap (a register tile's worth, recomputed per tap, cheap where the tile is small). Measured on
+#: MnasNet 1.0's depthwise shapes (24 random candidates each): per band gave the best median candidate, per tap
+#: the best candidate of 3 of 4 shapes; MetaSchedule's random compute location (inline included) was worse in
+#: both, inline by 10-30x.
+PAD_AT = ("rows", "tap")
+
+
+def tile_depthwise(sch: Any, block: Any, pad_at: str = "rows") -> Any:
+    """Tile ``block`` (a blocked depthwise convolution in ``sch``) as :class:`DepthwiseTiling` does; ``sch``.
+
+    ``pad_at``: one of :data:`PAD_AT`, where the padded input (a producer block ``data_pad``) is computed.
+    """
+    if pad_at not in PAD_AT:
+        raise ValueError(f"pad_at must be one of {', '.join(PAD_AT)}, got {pad_at!r} instead")
+    n, chunks, rows, cols, lanes, tap_y, tap_x = sch.get_loops(block)
+    chunks_o, chunks_i = sch.split(chunks, sch.sample_perfect_tile(chunks, n=2, max_innermost_factor=MAX_INNER["chunks"]))
+    rows_o, rows_i = sch.split(rows, sch.sample_perfect_tile(rows, n=2, max_innermost_factor=MAX_INNER["rows"]))
+    cols_o, cols_i = sch.split(cols, sch.sample_perfect_tile(cols, n=2, max_innermost_factor=MAX_INNER["cols"]))
+    sch.reorder(n, chunks_o, rows_o, cols_o, chunks_i, tap_y, tap_x, rows_i, cols_i, lanes)
+    for producer in sch.get_producers(block):
+        if sch.get(producer).name_hint == "data_pad":
+            sch.compute_at(producer, rows_o if pad_at == "rows" else tap_x, preserve_unit_loops=True)
+    consumers = sch.get_consumers(block)
+    if len(consumers) == 1:  # the fused epilogue, elementwise: written while its tile is in the cache
+        sch.reverse_compute_at(consumers[0], cols_o, preserve_unit_loops=True)
+    return sch
+
+
+def _make_rule_class() -> type:
+    """:class:`DepthwiseTiling`'s class, defined on first use: MetaSchedule's ``derived_object`` needs TVM loaded."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
+
+    @derived_object
+    class _DepthwiseTiling(PyScheduleRule):
+        def _initialize_with_tune_context(self, context: Any) -> None:
+            pass
+
+        def apply(self, sch: Any, block: Any) -> list[Any]:
+            if sch.get(block).name_hint != DEPTHWISE_BLOCK or len(sch.get_loops(block)) != 7:
+                return [sch]
+            return [tile_depthwise(sch.copy(), block, pad_at) for pad_at in PAD_AT]
+
+        def clone(self) -> Any:
+            return DepthwiseTiling()
+
+    return _DepthwiseTiling
+
+
+_RULE_CLASS: list[type] = []
+
+
+def DepthwiseTiling() -> Any:  # noqa: N802 - a schedule rule constructor, named like MetaSchedule's
+    """The schedule rule that tiles blocked depthwise convolutions with their lanes whole and innermost."""
+    if not _RULE_CLASS:
+        _RULE_CLASS.append(_make_rule_class())
+    return _RULE_CLASS[0]()
+
+
+def depthwise_space() -> Any:
+    """A ``PostOrderApply`` space for LLVM targets: the default rules with :class:`DepthwiseTiling` in place of
+    ``MultiLevelTiling`` (which no block of a depthwise task needs besides the convolution itself)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    rules = [DepthwiseTiling() if type(rule).__name__ == "MultiLevelTiling" else rule
+             for rule in ms.ScheduleRule.create("llvm")]
+    return ms.space_generator.PostOrderApply(
+        sch_rules=rules, postprocs=ms.Postproc.create("llvm"), mutator_probs=ms.Mutator.create("llvm"))

@@ -152,3 +152,63 @@ def test_the_pipelines_contexts_give_the_space_to_depthwise_tasks_on_cpus_only(t
     gpu = SimpleNamespace(mod=contexts[depthwise[0]].mod, target=tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
     assert task_space(gpu) is None
     assert task_space(SimpleNamespace(mod=gpu.mod, target=TARGET)) is not None
+
+
+def int8_depthwise_workload(size: int = 14, channels: int = 48, stride: int = 1) -> tvm.IRModule:
+    """An int8 depthwise task as :mod:`edgetune.tasks.int8` writes one: NHWC, its zero-point padding inside, int32
+    sums, a bias and a requantization to int8 fused after it."""
+    from edgetune.tasks.int8 import _depthwise_compute
+
+    x = te.placeholder((1, size, size, channels), "int8", name="x")
+    w = te.placeholder((3, 3, channels), "int8", name="w")
+    bias = te.placeholder((channels,), "int32", name="bias")
+    out_size = (size + 2 - 3) // stride + 1
+    acc = _depthwise_compute(x, w, (stride, stride), (1, 1), (1, 1, 1, 1), -3, (out_size, out_size))
+    summed = te.compute(acc.shape, lambda n, y, x_, c: acc[n, y, x_, c] + bias[c], name="T_add")
+    requantized = te.compute(acc.shape, lambda n, y, x_, c: tvm.tirx.max(tvm.tirx.min(
+        (summed[n, y, x_, c].astype("float32") * 0.05).astype("int32"), 127), -128).astype("int8"), name="requantize")
+    return tvm.IRModule({"main": te.create_prim_func([x, w, bias, requantized])})
+
+
+def test_an_int8_depthwise_convolution_keeps_its_channels_in_whole_vectors_and_computes_the_same() -> None:
+    """int8 depthwise convolutions (no dot-product instruction takes them) get the space too: their channels,
+    innermost in NHWC, in whole vectors of int32 sums in every candidate, and the requantization fused."""
+    from edgetune.search.depthwise_space import DEPTHWISE_INT8_BLOCK, is_depthwise_workload
+
+    mod = int8_depthwise_workload(stride=2)
+    assert is_depthwise_workload(mod) and not is_depthwise_nchwc_workload(mod)
+    candidates = _samples(mod, depthwise_space(int32_lanes=16), 8)
+    assert len(candidates) == 8
+    for sch in candidates:
+        inner = sch.get(sch.get_loops(sch.get_sblock(DEPTHWISE_INT8_BLOCK + "_update"))[-1])
+        assert inner.kind == tirx.ForKind.VECTORIZED and int(inner.extent) == 16
+    rng = np.random.default_rng(1)
+    shapes = [[int(d) for d in info.shape] for info in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+    args = [rng.integers(-20, 20, size=shapes[0]).astype("int8"), rng.integers(-20, 20, size=shapes[1]).astype("int8"),
+            rng.integers(-100, 100, size=shapes[2]).astype("int32"), np.zeros(shapes[3], "int8")]
+    results = []
+    for candidate in (mod, candidates[-1].mod):
+        tensors = [tvm.runtime.tensor(a) for a in args]
+        tvm.compile(candidate, target=TARGET).mod["main"](*tensors)
+        results.append(tensors[-1].numpy())
+    np.testing.assert_array_equal(results[1], results[0])
+    assert np.abs(results[0]).max() > 0
+
+
+def test_int8_tasks_other_than_depthwise_keep_the_instruction_space() -> None:
+    """The routing: an int8 depthwise task gets the depthwise space, an int8 convolution the dot-product one."""
+    from edgetune.search.int8_space import is_int8_workload
+
+    vnni = tvm.target.Target({"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2})
+    depthwise = int8_depthwise_workload()
+    assert is_int8_workload(depthwise)
+    rules = [type(r).__name__ for r in task_space(SimpleNamespace(mod=depthwise, target=vnni)).sch_rules]
+    assert "MultiLevelTiling" not in rules and "MultiLevelTilingWithIntrin" not in rules, rules
+    x = te.placeholder((1, 8, 8, 16), "uint8", name="x")
+    w = te.placeholder((16, 16), "int8", name="w")
+    k = te.reduce_axis((0, 16), "k")
+    dense = te.compute((64, 16), lambda i, j: te.sum(x[0, i // 8, i % 8, k].astype("int32") * w[j, k].astype("int32"),
+                                                      axis=k), name="dense")
+    int8_dense = tvm.IRModule({"main": te.create_prim_func([x, w, dense])})
+    rules = [type(r).__name__ for r in task_space(SimpleNamespace(mod=int8_dense, target=vnni)).sch_rules]
+    assert "MultiLevelTilingWithIntrin" in rules, rules

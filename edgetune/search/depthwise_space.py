@@ -32,9 +32,35 @@ from typing import Any
 
 #: the block name of the blocked depthwise compute (:func:`edgetune.tasks.blocked_computes.depthwise_conv2d_nchwc`)
 DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"
+#: the block name of the int8 depthwise compute, NHWC with its zero-point padding inside
+#: (:func:`edgetune.tasks.int8._depthwise_compute`): channels innermost, no dot-product instruction takes it
+DEPTHWISE_INT8_BLOCK = "depthwise_conv2d_int8"
 #: largest inner tile sampled for the output's rows, columns and the channel blocks: rows x cols accumulators
 #: of one vector each fit the 16-32 vector registers of x86 and ARM only in small tiles
 MAX_INNER = {"rows": 4, "cols": 4, "chunks": 2}
+
+
+def is_depthwise_workload(mod: Any) -> bool:
+    """Whether ``mod`` (a task's IRModule) computes a depthwise convolution this space tiles: a blocked one of
+    floats (``NCHW{b}c``) or an int8 one (``NHWC``, int32 sums)."""
+    return is_depthwise_nchwc_workload(mod) or _has_block(mod, DEPTHWISE_INT8_BLOCK, loops=6)
+
+
+def _has_block(mod: Any, name: str, loops: int) -> bool:
+    import tvm
+    from tvm import s_tir, tirx
+
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        sch = s_tir.Schedule(tvm.IRModule({gvar.name_hint: func}))
+        try:
+            block = sch.get(sch.get_sblock(name, gvar.name_hint))
+        except Exception:  # noqa: BLE001 - TVM raises its own error for a block that is not there
+            continue
+        if len(block.iter_vars) == loops:
+            return True
+    return False
 
 
 def is_depthwise_nchwc_workload(mod: Any) -> bool:
@@ -89,6 +115,26 @@ def tile_depthwise(sch: Any, block: Any, pad_at: str = "rows") -> Any:
     return sch
 
 
+def tile_depthwise_int8(sch: Any, block: Any, lanes: int) -> Any:
+    """Tile ``block`` (an int8 depthwise convolution, NHWC, in ``sch``) with its channels innermost in vectors of
+    ``lanes`` int32 sums (where they divide the channels; else the channels' own sampled tile), the same register
+    tile of rows x columns as :func:`tile_depthwise` and the taps around it; ``sch``."""
+    n, rows, cols, channels, tap_y, tap_x = sch.get_loops(block)
+    extent = int(sch.get(channels).extent)
+    if extent % lanes == 0:
+        chunks, vector = sch.split(channels, [None, lanes])
+    else:  # no whole vectors: the tile is the search's (MultiLevelTiling's innermost split)
+        chunks, vector = sch.split(channels, sch.sample_perfect_tile(channels, n=2, max_innermost_factor=64))
+    chunks_o, chunks_i = sch.split(chunks, sch.sample_perfect_tile(chunks, n=2, max_innermost_factor=MAX_INNER["chunks"]))
+    rows_o, rows_i = sch.split(rows, sch.sample_perfect_tile(rows, n=2, max_innermost_factor=MAX_INNER["rows"]))
+    cols_o, cols_i = sch.split(cols, sch.sample_perfect_tile(cols, n=2, max_innermost_factor=MAX_INNER["cols"]))
+    sch.reorder(n, chunks_o, rows_o, cols_o, chunks_i, tap_y, tap_x, rows_i, cols_i, vector)
+    consumers = sch.get_consumers(block)
+    if len(consumers) == 1:  # the fused requantization, elementwise
+        sch.reverse_compute_at(consumers[0], cols_o, preserve_unit_loops=True)
+    return sch
+
+
 def _make_rule_class() -> type:
     """:class:`DepthwiseTiling`'s class, defined on first use: MetaSchedule's ``derived_object`` needs TVM loaded."""
     from tvm.ir.utils import derived_object
@@ -96,16 +142,23 @@ def _make_rule_class() -> type:
 
     @derived_object
     class _DepthwiseTiling(PyScheduleRule):
+        def __init__(self, int32_lanes: int) -> None:
+            super().__init__()
+            self.int32_lanes = int32_lanes
+
         def _initialize_with_tune_context(self, context: Any) -> None:
             pass
 
         def apply(self, sch: Any, block: Any) -> list[Any]:
-            if sch.get(block).name_hint != DEPTHWISE_BLOCK or len(sch.get_loops(block)) != 7:
-                return [sch]
-            return [tile_depthwise(sch.copy(), block, pad_at) for pad_at in PAD_AT]
+            name, loops = sch.get(block).name_hint, len(sch.get_loops(block))
+            if name == DEPTHWISE_BLOCK and loops == 7:
+                return [tile_depthwise(sch.copy(), block, pad_at) for pad_at in PAD_AT]
+            if name == DEPTHWISE_INT8_BLOCK and loops == 6:
+                return [tile_depthwise_int8(sch, block, self.int32_lanes)]
+            return [sch]
 
         def clone(self) -> Any:
-            return DepthwiseTiling()
+            return DepthwiseTiling(self.int32_lanes)
 
     return _DepthwiseTiling
 
@@ -113,19 +166,20 @@ def _make_rule_class() -> type:
 _RULE_CLASS: list[type] = []
 
 
-def DepthwiseTiling() -> Any:  # noqa: N802 - a schedule rule constructor, named like MetaSchedule's
-    """The schedule rule that tiles blocked depthwise convolutions with their lanes whole and innermost."""
+def DepthwiseTiling(int32_lanes: int = 16) -> Any:  # noqa: N802 - a schedule rule constructor, named like MetaSchedule's
+    """The schedule rule that tiles depthwise convolutions with their lanes whole and innermost; ``int32_lanes``:
+    the vector an int8 depthwise convolution's channels are tiled by (its sums are int32)."""
     if not _RULE_CLASS:
         _RULE_CLASS.append(_make_rule_class())
-    return _RULE_CLASS[0]()
+    return _RULE_CLASS[0](int32_lanes)
 
 
-def depthwise_space() -> Any:
+def depthwise_space(int32_lanes: int = 16) -> Any:
     """A ``PostOrderApply`` space for LLVM targets: the default rules with :class:`DepthwiseTiling` in place of
     ``MultiLevelTiling`` (which no block of a depthwise task needs besides the convolution itself)."""
     from tvm.s_tir import meta_schedule as ms
 
-    rules = [DepthwiseTiling() if type(rule).__name__ == "MultiLevelTiling" else rule
+    rules = [DepthwiseTiling(int32_lanes) if type(rule).__name__ == "MultiLevelTiling" else rule
              for rule in ms.ScheduleRule.create("llvm")]
     return ms.space_generator.PostOrderApply(
         sch_rules=rules, postprocs=ms.Postproc.create("llvm"), mutator_probs=ms.Mutator.create("llvm"))

@@ -1,29 +1,32 @@
 """Which design space each task is searched in: MetaSchedule's default for its target, or one of edgetune's.
 
-Two kinds of task get their own space (each module says why): int8 reductions, tensorized with the target's
-dot-product instruction (:mod:`edgetune.search.int8_space`), and blocked depthwise convolutions on CPUs, tiled
-with their vector lanes whole and innermost (:mod:`edgetune.search.depthwise_space`). Every other task keeps
-the context MetaSchedule made for it.
+Two kinds of task get their own space (each module says why): depthwise convolutions on CPUs (blocked float
+ones and int8 ones), tiled with their vector lanes whole and innermost (:mod:`edgetune.search.depthwise_space`),
+and the other int8 reductions, tensorized with the target's dot-product instruction
+(:mod:`edgetune.search.int8_space`). Every other task keeps the context MetaSchedule made for it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .depthwise_space import depthwise_space, is_depthwise_nchwc_workload
+from .depthwise_space import depthwise_space, is_depthwise_workload
 from .int8_space import int8_space, is_int8_workload
 
 
 def task_space(context: Any, depthwise_tiling: bool = True) -> Any | None:
     """The space ``context``'s task is searched in where it is not MetaSchedule's default, else None.
 
-    ``depthwise_tiling`` (``tuning.depthwise_tiling``): blocked depthwise convolutions on an LLVM target get
+    ``depthwise_tiling`` (``tuning.depthwise_tiling``): depthwise convolutions on an LLVM target (blocked float
+    ones, and int8 ones, which no dot-product instruction takes) get
     :func:`~edgetune.search.depthwise_space.depthwise_space`.
     """
+    if depthwise_tiling and str(context.target.kind.name) == "llvm" and is_depthwise_workload(context.mod):
+        from ..tasks.graph import vector_lanes
+
+        return depthwise_space(int32_lanes=vector_lanes(context.target))
     if is_int8_workload(context.mod):
         return int8_space(context.target)
-    if depthwise_tiling and str(context.target.kind.name) == "llvm" and is_depthwise_nchwc_workload(context.mod):
-        return depthwise_space()
     return None
 
 

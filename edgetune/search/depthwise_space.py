@@ -1,4 +1,4 @@
-"""The search space of blocked depthwise convolutions: the channel lanes stay one vector, innermost.
+"""The search space of depthwise convolutions on CPUs: the channel lanes stay one vector, innermost.
 
 A depthwise convolution in ``NCHW{b}c`` (:func:`edgetune.tasks.blocked_computes.depthwise_conv2d_nchwc`)
 has no reduction over channels: each lane of the block is its own channel, so the lanes are the only
@@ -24,6 +24,12 @@ instructions: they replay, transfer and ship in the library as any other.
 Random candidates of the two spaces on MnasNet 1.0's depthwise shapes (24 each, timed as the runner
 times them, cache flushed): best 31-62 us against 92-114 for MultiLevelTiling's, median 47-256 against
 269-493.
+
+int8 depthwise convolutions (:mod:`edgetune.tasks.int8`: ``NHWC``, the zero-point padding inside, int32
+sums; no dot-product instruction takes them) are the same case with the channels innermost: they are split
+into vectors of int32 sums (:func:`tile_depthwise_int8`) under the same register tile. On MobileNetV2's
+int8 depthwise shapes: best 9-79 us against 20-291, median 12-141 against 81-740. Side by side in the
+product: RESULTS ``depthwise_space``.
 """
 
 from __future__ import annotations
@@ -43,42 +49,31 @@ MAX_INNER = {"rows": 4, "cols": 4, "chunks": 2}
 def is_depthwise_workload(mod: Any) -> bool:
     """Whether ``mod`` (a task's IRModule) computes a depthwise convolution this space tiles: a blocked one of
     floats (``NCHW{b}c``) or an int8 one (``NHWC``, int32 sums)."""
-    return is_depthwise_nchwc_workload(mod) or _has_block(mod, DEPTHWISE_INT8_BLOCK, loops=6)
-
-
-def _has_block(mod: Any, name: str, loops: int) -> bool:
-    import tvm
-    from tvm import s_tir, tirx
-
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
-        sch = s_tir.Schedule(tvm.IRModule({gvar.name_hint: func}))
-        try:
-            block = sch.get(sch.get_sblock(name, gvar.name_hint))
-        except Exception:  # noqa: BLE001 - TVM raises its own error for a block that is not there
-            continue
-        if len(block.iter_vars) == loops:
-            return True
-    return False
+    return is_depthwise_nchwc_workload(mod) or any(
+        len(block.iter_vars) == 6 for block in _blocks_named(mod, DEPTHWISE_INT8_BLOCK))
 
 
 def is_depthwise_nchwc_workload(mod: Any) -> bool:
     """Whether ``mod`` (a task's IRModule) computes a blocked depthwise convolution of floats."""
+    return any(len(block.iter_vars) == 7 and all(_dtype(region).startswith("float") for region in block.writes)
+               for block in _blocks_named(mod, DEPTHWISE_BLOCK))
+
+
+def _blocks_named(mod: Any, name: str) -> list[Any]:
+    """The blocks called ``name`` in ``mod``'s PrimFuncs (at most one each)."""
     import tvm
     from tvm import s_tir, tirx
 
+    found = []
     for gvar, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc):
             continue
         sch = s_tir.Schedule(tvm.IRModule({gvar.name_hint: func}))
         try:
-            block = sch.get(sch.get_sblock(DEPTHWISE_BLOCK, gvar.name_hint))
+            found.append(sch.get(sch.get_sblock(name, gvar.name_hint)))
         except Exception:  # noqa: BLE001 - TVM raises its own error for a block that is not there
             continue
-        if len(block.iter_vars) == 7 and all(_dtype(region).startswith("float") for region in block.writes):
-            return True
-    return False
+    return found
 
 
 def _dtype(region: Any) -> str:

@@ -36,11 +36,12 @@ def _cpu_intrinsics_only() -> None:
     load_tensor_intrinsics(TARGET)
 
 
-def depthwise_workload(chunks: int = 3, size: int = 14, kernel: int = 3, stride: int = 1) -> tvm.IRModule:
+def depthwise_workload(chunks: int = 3, size: int = 14, kernel: int = 3, stride: int = 1,
+                       lanes: int = LANES) -> tvm.IRModule:
     """A fused task as the blocked graph gives one: a depthwise convolution in NCHW8c, a bias add and a ReLU."""
-    data = te.placeholder((1, chunks, size, size, LANES), name="data")
-    weight = te.placeholder((chunks, 1, kernel, kernel, 1, LANES), name="weight")
-    bias = te.placeholder((1, chunks, 1, 1, LANES), name="bias")
+    data = te.placeholder((1, chunks, size, size, lanes), name="data")
+    weight = te.placeholder((chunks, 1, kernel, kernel, 1, lanes), name="weight")
+    bias = te.placeholder((1, chunks, 1, 1, lanes), name="bias")
     pad = kernel // 2
     conv = depthwise_conv2d_nchwc(data, weight, (stride, stride), (pad, pad, pad, pad), (1, 1), "float32")
     out = topi.nn.relu(topi.add(conv, bias))
@@ -120,6 +121,23 @@ def test_a_candidate_computes_the_convolution_and_its_trace_replays(kernel: int,
         results.append(tensors[-1].numpy())
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
     assert results[0].any()
+
+
+def test_candidates_build_for_an_arm_board() -> None:
+    """An ARM board's blocks are NEON's 4 lanes (NCHW4c): its candidates cross-compile to aarch64 code, with the
+    lanes in NEON's 128-bit registers (a board is what runs them; here only the code is checked)."""
+    arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"],
+                             "num-cores": 4})
+    mod = depthwise_workload(chunks=4, lanes=4)
+    context = ms.TuneContext(mod=mod, target=arm, space_generator=depthwise_space(int32_lanes=4),
+                             search_strategy="replay-trace", rand_state=1, num_threads=1)
+    sketches = context.space_generator.generate_design_space(mod)
+    sch = tvm.s_tir.Schedule(mod, seed=3)
+    sketches[0].trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=lambda *args: None)
+    sch.enter_postproc()
+    assert all(postproc.apply(sch) for postproc in context.space_generator.postprocs)
+    assembly = tvm.compile(sch.mod, target=arm).mod.inspect_source("s")
+    assert "fmla" in assembly and ".4s" in assembly
 
 
 def test_the_pipelines_contexts_give_the_space_to_depthwise_tasks_on_cpus_only(tmp_path: Path) -> None:

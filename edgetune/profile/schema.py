@@ -356,12 +356,13 @@ class TuningSettings:
         flag="in a blocked convolution layout, run grouped convolutions (RegNet, ResNeXt) blocked where each group is "
         "whole blocks of the vector lanes or of half of them (default); --no-block-grouped keeps them in NCHW",
     )
-    # blocked depthwise convolutions searched with their vector lanes whole and innermost (edgetune/search/
-    # depthwise_space.py); off: MetaSchedule's MultiLevelTiling, which splits the lanes like any other axis
+    # depthwise convolutions (blocked float, int8) searched with their vector lanes whole and innermost
+    # (edgetune/search/depthwise_space.py); off: MetaSchedule's MultiLevelTiling, which splits the lanes like any axis
     depthwise_tiling: bool = declare(
         _boolean(), True,
-        flag="on a CPU, search blocked depthwise convolutions in tiles that keep their channel lanes one vector, "
-        "innermost (default); --no-depthwise-tiling searches them with MetaSchedule's MultiLevelTiling",
+        flag="on a CPU, search depthwise convolutions (blocked float ones, int8 ones) in tiles that keep their channel "
+        "lanes one vector, innermost (default); --no-depthwise-tiling searches them with MetaSchedule's "
+        "MultiLevelTiling",
     )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(

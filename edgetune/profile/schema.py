@@ -364,6 +364,14 @@ class TuningSettings:
         "lanes one vector, innermost (default); --no-depthwise-tiling searches them with MetaSchedule's "
         "MultiLevelTiling",
     )
+    # blocked float32 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (edgetune/tasks/winograd.py): a quarter of the
+    # multiplies, between an input and an output transform; off: the direct convolution (conv2d_NCHWc)
+    winograd: bool = declare(
+        _boolean(), False,
+        flag="in a blocked convolution layout, compute 3x3 stride-1 float32 convolutions in the Winograd form F(4x4, "
+        "3x3): a quarter of the multiplies, their weights transformed once on the host; --no-winograd (default) keeps "
+        "the direct convolution",
+    )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(
         _nonempty_string(), "auto", metavar="auto|off|FILE",

@@ -69,6 +69,7 @@ from tvm import relax, te, topi
 from .blocked_computes import depthwise_conv2d_nchwc, group_conv2d_nchwc
 from .fold import fold_constants
 from .relax_exprs import is_op as _is_op, static_shape as _shape
+from .winograd import conv2d_winograd_nchwc, transform_weights, winograd_applies
 
 #: ``grouped`` (``tuning.block_grouped``, on by default): grouped convolutions whose groups are whole blocks run as
 #: ``group_conv2d_NCHWc``; off, they stay NCHW between layout transforms. The blocked form is an ordinary blocked
@@ -313,11 +314,18 @@ def unblocked_convolutions(mod: tvm.IRModule, block: int) -> list[UnblockedConv]
     return found
 
 
-def lower_blocked(mod: tvm.IRModule, target: Any) -> tvm.IRModule:
-    """``mod``'s ops lowered, blocked convolutions to the blocked computes (:func:`_lower_conv2d`)."""
+def lower_blocked(mod: tvm.IRModule, target: Any, winograd: bool = False) -> tvm.IRModule:
+    """``mod``'s ops lowered, blocked convolutions to the blocked computes (:func:`_lower_conv2d`).
+
+    ``winograd`` (``tuning.winograd``): 3x3 stride-1 convolutions in the Winograd form (:mod:`.winograd`).
+    """
+
+    def lower(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        return _lower_conv2d(bb, call, winograd=winograd)
+
     with target:
         return tvm.transform.Sequential(
-            [fold_constants(), relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": _lower_conv2d}),
+            [fold_constants(), relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": lower}),
              relax.transform.FoldConstant()]
         )(mod)
 
@@ -797,7 +805,7 @@ def _maps_like(index_map: Any, arity: int, expected: Callable[..., tuple[int, ..
     return True
 
 
-def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call, winograd: bool = False) -> relax.Expr:
     """LegalizeOps for ``relax.nn.conv2d``: NCHW as Relax does it, blocked ones to the blocked computes."""
     attrs = call.attrs
     if attrs.data_layout == "NCHW":
@@ -816,7 +824,33 @@ def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
             group_conv2d_nchwc, data, kernel, attrs.strides, attrs.padding, attrs.dilation, attrs.groups, out_dtype,
             primfunc_name_hint="group_conv2d_NCHWc",
         )
+    if winograd and isinstance(kernel, tvm.ir.expr.Constant) and winograd_applies(
+            layout, attrs.kernel_layout, attrs.out_layout, kernel.value.shape, attrs.strides, attrs.dilation,
+            attrs.groups, out_dtype, _out_size(call)):
+        return _lower_winograd(bb, data, kernel, attrs.padding)
     return bb.call_te(
         topi.nn.conv2d_NCHWc, data, kernel, attrs.strides, attrs.padding, attrs.dilation,
         layout, attrs.out_layout or layout, out_dtype, primfunc_name_hint="conv2d_NCHWc",
     )
+
+
+def _out_size(call: relax.Call) -> tuple[int, int, int]:
+    """Batch, height and width of a blocked convolution's output (``NCHW{b}c``); zeros where not static."""
+    shape = _shape(call)
+    return (shape[0], shape[2], shape[3]) if shape else (0, 0, 0)
+
+
+#: Relax's OpPatternKind kOutEWiseFusable: what AnnotateTIROpPattern finds for a convolution, so that FuseOps fuses
+#: the elementwise ops after it (bias, activation, a residual add) into its kernel
+OUT_ELEMWISE_FUSABLE = 4
+
+
+def _lower_winograd(bb: relax.BlockBuilder, data: relax.Expr, kernel: Any, padding: Any) -> relax.Expr:
+    """A 3x3 stride-1 convolution in the Winograd form, its weights transformed here, once."""
+    blocked = kernel.value.numpy()  # (O/o, I/i, 3, 3, i, o): the output's lanes are o
+    call = bb.call_te(conv2d_winograd_nchwc, data, relax.const(transform_weights(blocked)), padding, blocked.shape[5],
+                      primfunc_name_hint="conv2d_winograd_NCHWc")
+    gvar = call.args[0]
+    # the analysis finds a multi-stage function opaque, which would leave its bias and activation as kernels of their own
+    bb.update_func(gvar, bb.get()[gvar].with_attr("op_pattern", OUT_ELEMWISE_FUSABLE))
+    return call

@@ -155,7 +155,7 @@ class GraphReport:
 
 def prepare_graph(
     model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None, *, fast_math: bool = True,
-    integer: bool = True, block_grouped: bool = True,
+    integer: bool = True, block_grouped: bool = True, winograd: bool = False,
 ) -> Any:
     """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how.
 
@@ -164,7 +164,8 @@ def prepare_graph(
     history tuned before that pass existed was extracted from. ``integer=False`` (``tuning.integer = false``)
     leaves a quantized model in float between its dequantizes and quantizes, as the frontend imports it.
     ``block_grouped=False`` (``tuning.block_grouped = false``) leaves grouped convolutions in NCHW between layout
-    transforms where a blocked layout could block them (:mod:`edgetune.tasks.blocking`).
+    transforms where a blocked layout could block them (:mod:`edgetune.tasks.blocking`). ``winograd=True``
+    (``tuning.winograd``) computes blocked 3x3 stride-1 convolutions in the Winograd form (:mod:`edgetune.tasks.winograd`).
     """
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
@@ -213,7 +214,7 @@ def prepare_graph(
         report.unblocked = unblocked_convolutions(mod, block_of(conv_layout, target))
         try:
             with tvm.transform.PassContext(opt_level=3):
-                mod = lower_blocked(mod, target)
+                mod = lower_blocked(mod, target, winograd=winograd)
         except Exception as exc:  # noqa: BLE001 - as a pass that fails: the graph without the layout, and why
             plain = prepare_graph(model, "as-is", optimization, target, fast_math=fast_math, integer=integer)
             report.passes = [*plain.graph.passes, GraphPass(layout, "skipped", f"lowering: {_first_line(exc)}")]

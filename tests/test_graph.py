@@ -165,7 +165,7 @@ def test_a_blocked_graph_that_fails_to_lower_is_prepared_without_the_layout(monk
     failing pass is skipped, instead of failing the tune."""
     import edgetune.tasks.blocking as blocking
 
-    def fail(mod, target):
+    def fail(mod, target, winograd=False):
         raise tvm.error.InternalError("no lowering for this\nsecond line")
 
     monkeypatch.setattr(blocking, "lower_blocked", fail)

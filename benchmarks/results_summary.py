@@ -116,6 +116,8 @@ HEADLINES: tuple[Headline, ...] = (
     Headline("real exports outside the zoo (issue 52's population), schedule library, 8 trials per task",
              _POPULATION_GOAL, (_POPULATION, _POPULATION_ANCHOR, _POPULATION_OUTSIDE), 8, in_zoo=False,
              reproduce="python benchmarks/population.py --per-task 8 --rows benchmarks/population_anchor_rows.json"),
+    Headline("real exports outside the zoo (issue 52's population) on an AVX2 CPU (x86-64-avx2 library), 8 trials per task",
+             _POPULATION_GOAL, (Source("population_zen3_outside_rows.json", "population_outside_zen3"),), 8, in_zoo=False),
     Headline("never worse: the delivered model against its untuned build, schedule library, 1 trial per task",
              "at most 1.0x the untuned build of the same model on every row (the untuned floor)", _ZOO_1, 1,
              measure="untuned"),

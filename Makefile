@@ -8,8 +8,6 @@ DEMO_MODEL ?= demo:tiny-cnn
 DEMO_TRIALS ?= 64
 PYTEST_ARGS ?=
 # test files run on this many processes at once (pytest-xdist, a file's tests stay together); 0: one process
-# --max-worker-restart=0: a worker that dies (SIGILL, segfault) fails the run at once, naming the test it ran;
-# replaced, it leaves pytest-xdist 3.8's loadfile scheduler waiting forever (pytest-dev/pytest-xdist#784, #1313)
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test install install-test system-deps clean
@@ -59,6 +57,8 @@ system-deps:
 demo: install
 	$(BIN)/edgetune tune --profile host --model $(DEMO_MODEL) --trials $(DEMO_TRIALS)
 
+# --max-worker-restart=0: a worker that dies (SIGILL, segfault) fails the run at once, naming the test it ran;
+# replaced, it leaves pytest-xdist 3.8's loadfile scheduler waiting forever (pytest-dev/pytest-xdist#784, #1313)
 test: install-test
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS)
 

@@ -37,14 +37,16 @@ def _cpu_intrinsics_only() -> None:
 
 
 def depthwise_workload(chunks: int = 3, size: int = 14, kernel: int = 3, stride: int = 1,
-                       lanes: int = LANES) -> tvm.IRModule:
-    """A fused task as the blocked graph gives one: a depthwise convolution in NCHW8c, a bias add and a ReLU."""
+                       lanes: int = LANES, relu6: bool = False) -> tvm.IRModule:
+    """A fused task as the blocked graph gives one: a depthwise convolution in NCHW8c, a bias add and a ReLU (with
+    ``relu6``: ReLU6 as ONNX's Clip imports, a maximum and a minimum)."""
     data = te.placeholder((1, chunks, size, size, lanes), name="data")
     weight = te.placeholder((chunks, 1, kernel, kernel, 1, lanes), name="weight")
     bias = te.placeholder((1, chunks, 1, 1, lanes), name="bias")
     pad = kernel // 2
     conv = depthwise_conv2d_nchwc(data, weight, (stride, stride), (pad, pad, pad, pad), (1, 1), "float32")
-    out = topi.nn.relu(topi.add(conv, bias))
+    out = topi.add(conv, bias)
+    out = topi.minimum(topi.maximum(out, 0.0), 6.0) if relu6 else topi.nn.relu(out)
     return tvm.IRModule({"main": te.create_prim_func([data, weight, bias, out])})
 
 
@@ -233,3 +235,47 @@ def test_int8_tasks_other_than_depthwise_keep_the_instruction_space() -> None:
     int8_dense = tvm.IRModule({"main": te.create_prim_func([x, w, dense])})
     rules = [type(r).__name__ for r in task_space(SimpleNamespace(mod=int8_dense, target=vnni)).sch_rules]
     assert "MultiLevelTilingWithIntrin" in rules, rules
+
+
+def test_a_depthwise_task_starts_from_a_depthwise_space_schedule_of_another_epilogue_behind_a_faster_other() -> None:
+    """MnasNet's depthwise convolutions (bias, ReLU) found in the AVX2 library only MobileNetV2's (bias, ReLU6), as
+    ``MultiLevelTiling`` traces, which do not carry into the depthwise space: all 12 measured their untuned loops
+    first. A library may hold both spaces' schedules of one workload (the depthwise entries built again in the
+    depthwise space, merged in); an anchor's schedules are tried in order until one carries, so the task starts from
+    the depthwise-space schedule even where a ``MultiLevelTiling`` one recorded faster."""
+    from edgetune.history.sql import target_json
+    from edgetune.history.trace_codec import trace_as_json
+    from edgetune.schedules.library import LibrarySchedule, LibraryWorkload, ScheduleLibrary
+    from edgetune.schedules.use import transferred_library_candidates
+    from edgetune.tasks.flops import task_flops
+    from edgetune.tasks.signature import anchor_signature, operator_signature
+
+    anchor = depthwise_workload(chunks=4, size=14, relu6=True)
+    task = depthwise_workload(chunks=3, size=28)
+    assert operator_signature(anchor) != operator_signature(task)
+    assert anchor_signature(operator_signature(anchor)) == anchor_signature(operator_signature(task))
+    [tiled] = _samples(anchor, "post-order-apply", 1)
+    [own_space] = _samples(anchor, depthwise_space(), 1)
+    assert not _lanes_whole_and_vectorized(tiled) and _lanes_whole_and_vectorized(own_space)  # one of each space
+
+    def schedule(sch, latency_us: float) -> LibrarySchedule:
+        return LibrarySchedule(trace_as_json(sch.trace), latency_us, None, target_json(TARGET), "local", 8)
+
+    entry = LibraryWorkload(str(tvm_ffi.structural_hash(anchor)), tvm.ir.save_json(anchor),
+                            list(operator_signature(anchor)), float(task_flops(anchor)),
+                            [schedule(tiled, 10.0), schedule(own_space, 20.0)])  # MultiLevelTiling's recorded faster
+    library = ScheduleLibrary({"family": {"name": "test"}}, [entry])
+    context = ms.TuneContext(mod=task, target=TARGET, space_generator=depthwise_space(), search_strategy="replay-trace",
+                             rand_state=1, num_threads=1)
+    [candidate] = transferred_library_candidates(context, library, TARGET, 1)
+    assert _lanes_whole_and_vectorized(candidate.sch)  # the depthwise space's schedule, its decisions carried
+    rng = np.random.default_rng(0)
+    shapes = [[int(d) for d in info.shape] for info in ms.arg_info.ArgInfo.from_prim_func(task["main"])]
+    args = [rng.normal(size=shape).astype("float32") for shape in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+    results = []
+    for mod in (task, candidate.sch.mod):  # it computes the task's ReLU, not the anchor's ReLU6
+        tensors = [tvm.runtime.tensor(a) for a in args]
+        tvm.compile(mod, target=TARGET).mod["main"](*tensors)
+        results.append(tensors[-1].numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
+    assert results[0].max() > 6  # where ReLU6 would differ

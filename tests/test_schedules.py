@@ -16,7 +16,7 @@ from edgetune.errors import LibraryError, OptionError
 from edgetune.schedules import family_of, load_library
 from edgetune.schedules.export import export_library
 from edgetune.schedules.library import import_library, write_library
-from edgetune.schedules.use import choose_library
+from edgetune.schedules.use import choose_library, transferred_library_candidates
 
 pytestmark = pytest.mark.integration
 
@@ -850,6 +850,43 @@ def test_a_deepening_build_tunes_each_models_heaviest_tasks_from_the_librarys_sc
         assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "no.db").exists()
 
 
+def test_a_build_for_one_operator_tunes_only_the_tasks_that_compute_it(tmp_path, loopback_board) -> None:
+    """`schedules build --operator BLOCK`: only the model's tasks whose workload computes that block are tuned (an
+    operator's entries built again after its search space changed), the library's zoo says which; an operator no task
+    of the zoo computes is one line naming those they do, nothing tuned or written."""
+    from edgetune.tasks.signature import operator_signature
+    from edgetune.tuning import TuningPipeline, TuneOptions
+    from edgetune.tuning.zoo import build_library
+
+    profile = host_profile(loopback_board, schedules="off")
+    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "probe"))
+    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    convolutions = sorted(t.task_name for t in extracted if "conv2d_NCHWc" in operator_signature(t.dispatched[0]))
+    assert 0 < len(convolutions) < len(extracted), convolutions  # some tasks and not all, so the check below can fail
+    said: list[str] = []
+    built, library = build_library(
+        ["demo:tiny-cnn"], profile, f"sqlite:///{tmp_path / 'conv.db'}", budget_per_workload=1, work_dir=tmp_path / "conv",
+        out=tmp_path / "conv.schedules.gz", tracker=f"{loopback_board.host}:{loopback_board.port}",
+        key=loopback_board.key, operator="conv2d_NCHWc", say=said.append)
+    summary = json.loads((tmp_path / "conv" / "tiny-cnn" / "summary.json").read_text())
+    assert sorted(task["name"] for task in summary["tasks"]) == convolutions
+    label = f"demo:tiny-cnn (the {len(convolutions)} of its {len(extracted)} tasks computing conv2d_NCHWc)"
+    assert library is not None and library.header["zoo"] == [label]
+    assert {tuple(w.signature)[1] for w in library.workloads} == {"conv2d_NCHWc"}
+    count = len(convolutions)
+    assert (f"[1/1] demo:tiny-cnn: {count} tasks (the {count} of its {len(extracted)} tasks computing conv2d_NCHWc), "
+            f"up to {count} trials") in said, said
+
+    done = run_cli("schedules", "build", "--budget", "1", "--db", f"sqlite:///{tmp_path / 'no.db'}", "--zoo",
+                   "demo:tiny-cnn", "--operator", "depthwise_conv2d_NCHWc", "--out", str(tmp_path / "no.schedules.gz"),
+                   cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith(
+        "edgetune: error: --operator must name an operator of the zoo's tasks ("), done.stderr
+    assert "conv2d_NCHWc, " in done.stderr and "matmul" in done.stderr  # what its tasks compute
+    assert "got 'depthwise_conv2d_NCHWc' instead" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "no.schedules.gz").exists()
+
+
 def test_a_build_for_this_cpu_tunes_the_workloads_the_library_holds_only_for_other_cpu_models(library_file, tmp_path,
                                                                                                 loopback_board) -> None:
     """`schedules build --missing-from LIB --for-this-cpu`: a workload the library holds only as another CPU model's
@@ -1227,6 +1264,42 @@ def test_the_avx2_library_holds_a_real_avx2_cpus_schedules_for_torchvisions_sque
         assert workload.schedules_for(zen3)[0].mcpu == "znver3", task.task_name
         # another CPU model also gets them (its own first where it has any)
         assert workload.schedules_for(haswell), task.task_name
+
+
+def test_the_avx2_librarys_depthwise_workloads_hold_depthwise_space_schedules_that_other_epilogues_start_from() -> None:
+    """The AVX2 library's depthwise entries were built before the depthwise space, as ``MultiLevelTiling`` traces,
+    which carry into no depthwise task of another epilogue: MnasNet's (ReLU where the library's MobileNets have ReLU6)
+    all measured their untuned loops first on a Zen 3. Its zoo's depthwise workloads were built again in the depthwise
+    space on that CPU (``schedules build --operator depthwise_conv2d_NCHWc``): those schedules are tried first there,
+    and a ReLU depthwise task at a shape the library lacks starts from one, its lanes whole and innermost."""
+    from test_depthwise_space import _lanes_whole_and_vectorized, depthwise_workload
+
+    from edgetune.search.depthwise_space import depthwise_space, is_depthwise_nchwc_workload
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.tasks.graph import prepare_graph
+
+    zen3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    library = choose_library("auto", zen3).library
+    assert library is not None and library.family == "x86-64-avx2"
+    prepared = prepare_graph(load_model("demo:mobilenetv2@224"), "auto", "full", zen3)
+    tasks = [t for t in ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, zen3), zen3)
+             if is_depthwise_nchwc_workload(t.dispatched[0])]
+    assert len(tasks) >= 10
+    for task in tasks:
+        workload = library.find(task.dispatched[0])
+        assert workload is not None, task.task_name
+        first = workload.schedules_for(zen3)[0]
+        trace = workload.trace(first)
+        tiles = [len(trace.get_decision(inst)) for inst in trace.insts
+                 if inst.kind.name == "SamplePerfectTile" and trace.get_decision(inst) is not None]
+        assert first.mcpu == "znver3" and tiles == [2, 2, 2], (task.task_name, tiles)  # the depthwise space's splits
+
+    task = depthwise_workload(chunks=5, size=21)  # ReLU, a shape no zoo model has
+    assert library.find(task) is None
+    context = ms.TuneContext(mod=task, target=zen3, space_generator=depthwise_space(), search_strategy="replay-trace",
+                             rand_state=1, num_threads=1)
+    [candidate] = transferred_library_candidates(context, library, zen3, 1)
+    assert _lanes_whole_and_vectorized(candidate.sch)
 
 
 def test_info_counts_the_ports_of_a_loopback_board_instead_of_listing_them() -> None:

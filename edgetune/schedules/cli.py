@@ -15,6 +15,7 @@ EPILOG = """examples:
   edgetune schedules build --budget 32 --db gap.db --out gap.schedules.gz --zoo net.onnx --missing-from auto
   edgetune schedules build --budget 32 --db mine.db --out mine.schedules.gz --zoo net.onnx --missing-from auto --for-this-cpu --heaviest 6
   edgetune schedules build --budget 128 --db deep.db --out deep.schedules.gz --zoo net.onnx --heaviest 4 --start-from auto
+  edgetune schedules build --budget 32 --db dw.db --out dw.schedules.gz --operator depthwise_conv2d_NCHWc
   edgetune schedules merge shipped.schedules.gz more.schedules.gz --out all.schedules.gz
   edgetune tune --profile host --model net.onnx --schedules team.schedules.gz
 
@@ -77,6 +78,12 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
         "--start-from", metavar="FILE|auto",
         help="start every task from this library's schedules (its own workload's, else its neighbours', adapted) "
         "instead of from scratch, so the build deepens what the library gives; then `schedules merge` it in",
+    )
+    build_parser.add_argument(
+        "--operator", metavar="BLOCK",
+        help="tune only the tasks that compute this operator (a block name, as `info` lists them: "
+        "depthwise_conv2d_NCHWc, conv2d_NCHWc, ...): its entries built again after its search space changed; a model "
+        "without one is skipped",
     )
     build_parser.set_defaults(func=build)
     export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")

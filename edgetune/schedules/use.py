@@ -174,9 +174,13 @@ def transferred_library_candidates(
     # then the same operator with another epilogue (hard-swish where the library has ReLU, no bias), its
     # decisions carried into this workload's design space, the nearest few shapes only
     nearest = library.nearest_workloads(context.mod, signature)
-    for workload in [*nearest, *library.anchor_workloads(context.mod, signature, limit=ANCHOR_WORKLOADS_TRIED)]:
-        fastest = library.tuning_records(target, workloads=[workload], per_workload=1)
-        found += transferred_candidates(context, fastest, count - len(found))
+    anchors = library.anchor_workloads(context.mod, signature, limit=ANCHOR_WORKLOADS_TRIED)
+    for workload, per_workload in [*((w, 1) for w in nearest), *((w, None) for w in anchors)]:
+        # another epilogue carries decisions only into a space built like the trace: an anchor's schedules are tried
+        # in order until one is (a library can hold one operator's schedules from two spaces: MultiLevelTiling's,
+        # and the depthwise space's, built after it)
+        records = library.tuning_records(target, workloads=[workload], per_workload=per_workload)
+        found += transferred_candidates(context, records, count - len(found))
         if len(found) >= count:
             break
     return found

@@ -109,6 +109,7 @@ def build_library(
     for_this_cpu: bool = False,
     heaviest: int | None = None,
     start_from: ScheduleLibrary | None = None,
+    operator: str | None = None,
     say: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[ModelBuilt], ScheduleLibrary | None]:
@@ -127,6 +128,9 @@ def build_library(
     ``start_from``: every task starts from that library's schedules (its own workload's, else its neighbours',
     adapted), so the build deepens what the library gives instead of starting from scratch; merge the result
     into it (``schedules merge`` keeps each workload's fastest).
+    ``operator``: tune only the tasks that compute this operator (a block name of their workload, such as
+    ``depthwise_conv2d_NCHWc``), before the other selections: an operator's entries built again after its search
+    space changed (a model without one is skipped).
     """
     from .pipeline import TuneOptions, TuningPipeline
     from .summary import TuneSummary
@@ -148,6 +152,8 @@ def build_library(
     )
     deadline = None if hours is None else clock() + hours * 3600
     built: list[ModelBuilt] = []
+    operators_seen: set[str] = set()  # what the zoo's tasks compute: named when ``operator`` is none of them
+    operator_found, models_read = False, 0
     stopped: TuningInterrupted | None = None
     timed_out = False
     for number, spec in enumerate(zoo, start=1):
@@ -162,10 +168,18 @@ def build_library(
         target, model = pipeline.check_inputs()
         writer = None if model is None or spec.startswith("demo:") else model_writer(model.format, model.data)
         extracted = pipeline.extract_tasks(target, model)
-        selection = _select_tasks(extracted, missing_from, heaviest, start_from, cpu)
-        if selection is None:
-            say(f"[{number}/{len(zoo)}] {spec}: all its {len(extracted)} tasks are in {_held(missing_from, cpu)}: skipped")
+        computing = extracted if operator is None else _computing(extracted, operator)
+        operators_seen.update(_anchor_operator(task) for task in extracted)
+        operator_found, models_read = operator_found or bool(computing), models_read + 1
+        if not computing:
+            say(f"[{number}/{len(zoo)}] {spec}: none of its {len(extracted)} tasks computes {operator}: skipped")
             continue
+        selection = _select_tasks(computing, missing_from, heaviest, start_from, cpu)
+        if selection is None:
+            say(f"[{number}/{len(zoo)}] {spec}: all its {len(computing)} tasks are in {_held(missing_from, cpu)}: skipped")
+            continue
+        if operator is not None:
+            selection = selection.of_operator(operator, len(extracted), f"those {_name(missing_from)} lacked{_for(cpu)}")
         tasks, of_tasks, chosen = len(selection.wanted), selection.of_tasks, selection.chosen
         if tasks < len(extracted):
             options.task_names = [task.task_name for task in selection.wanted]  # the pipeline tunes these only
@@ -191,6 +205,9 @@ def build_library(
                 say(f"time limit of {hours:g} h reached in {spec}: run the same command again to go on")
             break
     library = None
+    if operator is not None and not operator_found and models_read == len(zoo):
+        raise OptionError(f"--operator must name an operator of the zoo's tasks ({', '.join(sorted(operators_seen))}), "
+                          f"got {operator!r} instead")
     if out is not None and not built and missing_from is not None:
         say(f"nothing to build: {_name(missing_from)} holds every task of the zoo{_for(cpu)}; {out} not written")
     if out is not None and built:
@@ -263,6 +280,32 @@ class _Selection:
             return (f" ({_name(missing_from)} lacks them{_for(cpu)}; it holds the other "
                     f"{self.of_tasks - len(self.wanted)})")
         return ""
+
+    def of_operator(self, operator: str, in_all: int, lacked: str) -> _Selection:
+        """This selection among a model's tasks that compute ``operator``, said out of its ``in_all`` tasks;
+        ``lacked``: how the tasks a library lacked are named, where that is how they were chosen."""
+        count = len(self.wanted)
+        chosen = f"{'the ' + str(count) if count > 1 else 'the one'} of its {in_all} tasks computing {operator}"
+        if self.chosen is not None:
+            chosen += f"; {self.chosen}"
+        elif self.of_tasks is not None:
+            chosen += f", {lacked}"
+        return _Selection(self.wanted, in_all, chosen)
+
+
+def _computing(extracted: Sequence[ExtractedTask], operator: str) -> list[ExtractedTask]:
+    """Those of ``extracted`` whose workload computes ``operator`` (one of its block names)."""
+    from ..tasks.signature import operator_signature
+
+    return [task for task in extracted if operator in operator_signature(task.dispatched[0])]
+
+
+def _anchor_operator(task: ExtractedTask) -> str:
+    """The operator a task computes, its epilogue and padding aside (``conv2d_NCHWc``, ``matmul``)."""
+    from ..tasks.signature import operator_signature
+
+    blocks = operator_signature(task.dispatched[0])
+    return next((name for name in blocks if not (name == "pad_temp" or name.endswith("_pad"))), "?")
 
 
 def _select_tasks(
@@ -355,7 +398,8 @@ def build_command(args: argparse.Namespace) -> int:
                   work_dir=Path(args.work), out=Path(args.out) if args.out else None, tracker=args.tracker, key=args.key,
                   hours=args.hours, missing_from=_library_option("--missing-from", args.missing_from, profile),
                   for_this_cpu=args.for_this_cpu,
-                  heaviest=args.heaviest, start_from=_library_option("--start-from", args.start_from, profile))
+                  heaviest=args.heaviest, start_from=_library_option("--start-from", args.start_from, profile),
+                  operator=args.operator)
     return 0
 
 

@@ -171,12 +171,14 @@ def build_library(
         computing = extracted if operator is None else _computing(extracted, operator)
         operators_seen.update(_anchor_operator(task) for task in extracted)
         operator_found, models_read = operator_found or bool(computing), models_read + 1
-        if not computing:
+        if operator is not None and not computing:
             say(f"[{number}/{len(zoo)}] {spec}: none of its {len(extracted)} tasks computes {operator}: skipped")
             continue
         selection = _select_tasks(computing, missing_from, heaviest, start_from, cpu)
         if selection is None:
-            say(f"[{number}/{len(zoo)}] {spec}: all its {len(computing)} tasks are in {_held(missing_from, cpu)}: skipped")
+            which = f" computing {operator}" if operator is not None else ""
+            say(f"[{number}/{len(zoo)}] {spec}: all its {len(computing)} tasks{which} are in {_held(missing_from, cpu)}: "
+                "skipped")
             continue
         if operator is not None:
             selection = selection.of_operator(operator, len(extracted), f"those {_name(missing_from)} lacked{_for(cpu)}")

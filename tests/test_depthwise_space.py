@@ -112,17 +112,23 @@ def test_a_candidate_computes_the_convolution_and_its_trace_replays(kernel: int,
     tvm.s_tir.schedule.Trace.apply_json_to_schedule(sch.trace.as_json(), replayed)  # as the history stores it
     assert tvm_ffi.structural_equal(replayed.mod, sch.mod)
 
+    results = _outputs(mod, sch.mod)
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
+    assert results[0].any()
+
+
+def _outputs(mod: tvm.IRModule, *scheduled: tvm.IRModule) -> list[np.ndarray]:
+    """The output of ``mod`` and of each of ``scheduled`` (``mod`` scheduled), all built for ``TARGET`` and run on the
+    same random inputs."""
     rng = np.random.default_rng(0)
     shapes = [[int(d) for d in info.shape] for info in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
     args = [rng.normal(size=shape).astype("float32") for shape in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
     results = []
-    for candidate in (mod, sch.mod):
-        built = tvm.compile(candidate, target=TARGET)
+    for candidate in (mod, *scheduled):
         tensors = [tvm.runtime.tensor(a) for a in args]
-        built.mod["main"](*tensors)
+        tvm.compile(candidate, target=TARGET).mod["main"](*tensors)
         results.append(tensors[-1].numpy())
-    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
-    assert results[0].any()
+    return results
 
 
 def test_candidates_build_for_an_arm_board() -> None:
@@ -269,13 +275,6 @@ def test_a_depthwise_task_starts_from_a_depthwise_space_schedule_of_another_epil
                              rand_state=1, num_threads=1)
     [candidate] = transferred_library_candidates(context, library, TARGET, 1)
     assert _lanes_whole_and_vectorized(candidate.sch)  # the depthwise space's schedule, its decisions carried
-    rng = np.random.default_rng(0)
-    shapes = [[int(d) for d in info.shape] for info in ms.arg_info.ArgInfo.from_prim_func(task["main"])]
-    args = [rng.normal(size=shape).astype("float32") for shape in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
-    results = []
-    for mod in (task, candidate.sch.mod):  # it computes the task's ReLU, not the anchor's ReLU6
-        tensors = [tvm.runtime.tensor(a) for a in args]
-        tvm.compile(mod, target=TARGET).mod["main"](*tensors)
-        results.append(tensors[-1].numpy())
+    results = _outputs(task, candidate.sch.mod)  # it computes the task's ReLU, not the anchor's ReLU6
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-5)
     assert results[0].max() > 6  # where ReLU6 would differ

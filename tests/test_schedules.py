@@ -34,12 +34,17 @@ def tune(profile, loopback_board, out: Path, model: str = "demo:tiny-cnn", **opt
     return run_tune(TuneOptions(profile=profile, model=model, out_dir=out, board=TrackerBoard(loopback_board), **options))
 
 
-def _tasks_the_library_lacks(library, profile, model: str, out: Path):
-    """``model``'s tasks as a tune extracts them, and the names of those whose workload ``library`` lacks."""
+def _extracted_tasks(profile, model: str, out: Path):
+    """``model``'s tasks as a tune extracts them."""
     from edgetune.tuning import TuningPipeline, TuneOptions
 
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out))
-    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    return probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+
+
+def _tasks_the_library_lacks(library, profile, model: str, out: Path):
+    """``model``'s tasks as a tune extracts them, and the names of those whose workload ``library`` lacks."""
+    extracted = _extracted_tasks(profile, model, out)
     return extracted, {task.task_name for task in extracted if library.find(task.dispatched[0]) is None}
 
 
@@ -855,12 +860,10 @@ def test_a_build_for_one_operator_tunes_only_the_tasks_that_compute_it(tmp_path,
     operator's entries built again after its search space changed), the library's zoo says which; an operator no task
     of the zoo computes is one line naming those they do, nothing tuned or written."""
     from edgetune.tasks.signature import operator_signature
-    from edgetune.tuning import TuningPipeline, TuneOptions
     from edgetune.tuning.zoo import build_library
 
     profile = host_profile(loopback_board, schedules="off")
-    probe = TuningPipeline(TuneOptions(profile=profile, model="demo:tiny-cnn", out_dir=tmp_path / "probe"))
-    extracted = probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1])
+    extracted = _extracted_tasks(profile, "demo:tiny-cnn", tmp_path / "probe")
     convolutions = sorted(t.task_name for t in extracted if "conv2d_NCHWc" in operator_signature(t.dispatched[0]))
     assert 0 < len(convolutions) < len(extracted), convolutions  # some tasks and not all, so the check below can fail
     said: list[str] = []

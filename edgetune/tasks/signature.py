@@ -42,6 +42,20 @@ def operator_signature(mod: tvm.IRModule) -> tuple[str, ...]:
 SAME_LOOP_NEST = {"group_conv2d_NCHWc": "conv2d_NCHWc"}
 
 
+def is_padding(block: str) -> bool:
+    """Whether a block only pads an operator's input (``data_pad``, ``pad_temp``)."""
+    return block == "pad_temp" or block.endswith("_pad")
+
+
+def anchor_block(signature: tuple[str, ...] | list[str]) -> str | None:
+    """The block that computes the operator, as its workload names it: the first that is not padding (None: none).
+
+    Unlike :func:`anchor_signature`, a grouped convolution keeps its own name: what ``schedules build --operator``
+    selects by and lists.
+    """
+    return next((name for name in signature if not is_padding(name)), None)
+
+
 def anchor_signature(signature: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The operator without its epilogue: the blocks up to the first that is not padding.
 
@@ -54,6 +68,6 @@ def anchor_signature(signature: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """
     blocks = tuple(signature)
     for i, name in enumerate(blocks):
-        if not (name == "pad_temp" or name.endswith("_pad")):
+        if not is_padding(name):
             return (*blocks[:i], SAME_LOOP_NEST.get(name, name))
     return blocks

@@ -168,12 +168,14 @@ def build_library(
         target, model = pipeline.check_inputs()
         writer = None if model is None or spec.startswith("demo:") else model_writer(model.format, model.data)
         extracted = pipeline.extract_tasks(target, model)
-        computing = extracted if operator is None else _computing(extracted, operator)
-        operators_seen.update(_anchor_operator(task) for task in extracted)
-        operator_found, models_read = operator_found or bool(computing), models_read + 1
-        if operator is not None and not computing:
-            say(f"[{number}/{len(zoo)}] {spec}: none of its {len(extracted)} tasks computes {operator}: skipped")
-            continue
+        computing = extracted
+        if operator is not None:
+            computing, anchors = _computing(extracted, operator)
+            operators_seen.update(anchors)
+            operator_found, models_read = operator_found or bool(computing), models_read + 1
+            if not computing:
+                say(f"[{number}/{len(zoo)}] {spec}: none of its {len(extracted)} tasks computes {operator}: skipped")
+                continue
         selection = _select_tasks(computing, missing_from, heaviest, start_from, cpu)
         if selection is None:
             which = f" computing {operator}" if operator is not None else ""
@@ -295,19 +297,14 @@ class _Selection:
         return _Selection(self.wanted, in_all, chosen)
 
 
-def _computing(extracted: Sequence[ExtractedTask], operator: str) -> list[ExtractedTask]:
-    """Those of ``extracted`` whose workload computes ``operator`` (one of its block names)."""
-    from ..tasks.signature import operator_signature
+def _computing(extracted: Sequence[ExtractedTask], operator: str) -> tuple[list[ExtractedTask], set[str]]:
+    """Those of ``extracted`` whose workload computes ``operator`` (one of its block names), and the operators all of
+    them compute (:func:`~edgetune.tasks.signature.anchor_block`), to name where ``operator`` is none of them."""
+    from ..tasks.signature import anchor_block, operator_signature
 
-    return [task for task in extracted if operator in operator_signature(task.dispatched[0])]
-
-
-def _anchor_operator(task: ExtractedTask) -> str:
-    """The operator a task computes, its epilogue and padding aside (``conv2d_NCHWc``, ``matmul``)."""
-    from ..tasks.signature import operator_signature
-
-    blocks = operator_signature(task.dispatched[0])
-    return next((name for name in blocks if not (name == "pad_temp" or name.endswith("_pad"))), "?")
+    signatures = [operator_signature(task.dispatched[0]) for task in extracted]  # each serialises its module: once
+    computing = [task for task, signature in zip(extracted, signatures) if operator in signature]
+    return computing, {anchor_block(signature) or "?" for signature in signatures}
 
 
 def _select_tasks(

@@ -12,7 +12,11 @@ evolution proposes for K-means sampling (``--proposal-batches``:
 ``edgetune.search.strategy.MAX_PROPOSAL_BATCHES``, 4 in the product, 1 as
 before: one round's sampled batch measured alone) and the return an
 evolutionary iteration must buy to be run again (``--min-return``:
-``tuning.search_min_return``, 0.02 in the product). The summary's ``host_time``
+``tuning.search_min_return``, 0.02 in the product) and how a candidate's library is
+linked (``--candidate-link``: ``build.candidate_link``, ``direct`` in the product, the
+compiler's own ld; ``driver``, through ``g++`` as before). Every row starts with
+the process's builds forgotten (``BUILT.clear()``), so no row reuses an artifact an
+earlier row built, as a new ``edgetune tune`` process would not. The summary's ``host_time``
 section says where the wall clock went: the search (``ahead``: of it, what the
 board hid), the cost model's features and its fits and predictions, builds, the
 board, the rest. Side by side per seed, the order alternating, after one
@@ -34,6 +38,7 @@ Usage::
   python benchmarks/host_time.py --models demo:transformer --per-task 32 --cache on --overlap off on --board tracker --board-sleep 0.2
   python benchmarks/host_time.py --models demo:transformer demo:mobilenetv2@128 --per-task 32 --cache on --proposal-batches 1 4 --seeds 0 1 2
   python benchmarks/host_time.py --models demo:mobilenetv2@128 --per-task 32 --cache on --proposal-batches 2 4 --min-return 0.02 0.05
+  python benchmarks/host_time.py --models demo:mobilenetv2@128 demo:transformer --per-task 32 --cache on --candidate-link driver direct --seeds 0 1
 """
 
 from __future__ import annotations
@@ -88,8 +93,9 @@ def slow_board(seconds_per_candidate: float) -> Any:
 
 def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace, overlap: str = "on",
             board: Any = None, effort: str = "returns", proposal_batches: int = 4,
-            min_return: float = DEFAULT_MIN_RETURN) -> dict[str, Any]:
+            min_return: float = DEFAULT_MIN_RETURN, candidate_link: str = "direct") -> dict[str, Any]:
     """One tune; ``board``: a TrackerBoard (``--board tracker``), None for the embedded board."""
+    from edgetune.builder.builds import BUILT
     from edgetune.costmodel.surrogate import RandomForestModel
     from edgetune.search import strategy
     from edgetune.profile import load_profile
@@ -97,13 +103,15 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     from edgetune.tuning.pipeline import Components
 
     overrides: dict[str, Any] = {"tuning": {"seed": seed, "schedules": args.schedules, "search_effort": effort,
-                                            "search_min_return": min_return}}
+                                            "search_min_return": min_return},
+                                 "build": {"candidate_link": candidate_link}}
     if board is not None:
         overrides["rpc"] = {"key": board.address.key}
     profile = load_profile(args.profile).with_overrides(**overrides)
     out_dir = args.out / (f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
                           f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}-proposals{proposal_batches}"
-                          + (f"-return{min_return:g}" if min_return != DEFAULT_MIN_RETURN else ""))
+                          + (f"-return{min_return:g}" if min_return != DEFAULT_MIN_RETURN else "")
+                          + (f"-link-{candidate_link}" if candidate_link != "direct" else ""))
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out_dir))
     n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
     components = Components(
@@ -111,6 +119,7 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
         builds_beside=overlap == "on", search_ahead=overlap == "on",
         wrap_runner=slow_board(args.board_sleep) if args.board_sleep > 0 else None,
     )
+    BUILT.clear()  # this row builds every candidate itself, as a new process would
     load_before = os.getloadavg()[0]
     product, strategy.MAX_PROPOSAL_BATCHES = strategy.MAX_PROPOSAL_BATCHES, proposal_batches
     try:
@@ -124,7 +133,7 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     measured = host.get("measured_trials") or 0
     return {
         "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "overlap": overlap, "effort": effort,
-        "proposal_batches": proposal_batches, "min_return": min_return,
+        "proposal_batches": proposal_batches, "min_return": min_return, "candidate_link": candidate_link,
         "board": args.board, "board_sleep": args.board_sleep, "tasks": n_tasks,
         "wall_s": wall, "tuning_wall_s": summary.seconds.tuning_wall, "device_s": summary.seconds.device,
         "measured": measured, "host_time": host,
@@ -136,15 +145,16 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
 
 def _variant(row: dict[str, Any]) -> tuple[Any, ...]:
     """What a row compares (rows written before the overlap existed ran it off, on the embedded board; before the
-    proposal batches, one batch per round; before the minimum return was varied, the product's)."""
+    proposal batches, one batch per round; before the minimum return was varied, the product's; before the direct
+    link, through the driver)."""
     return (row["model"], row["per_task"], row["feature_cache"], row.get("overlap", "off"), row.get("board", "embedded"),
             row.get("board_sleep", 0.0), row.get("effort", "fixed"), row.get("proposal_batches", 1),
-            row.get("min_return", DEFAULT_MIN_RETURN))
+            row.get("min_return", DEFAULT_MIN_RETURN), row.get("candidate_link", "driver"))
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | proposal batches | min return | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | proposal batches | min return | candidate link | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted({_variant(r) for r in rows}):
         group = [r for r in rows if _variant(r) == key and r["host_s_per_trial"]]
         if not group:
@@ -157,7 +167,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
         kernels = [r["kernels_ms"] for r in group if r["kernels_ms"]]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {key[7]} | {key[8]:g} | {len(group)} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {key[7]} | {key[8]:g} | {key[9]} | {len(group)} | "
             f"{statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
             + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "build_beside", "board", "other"))
             + (f" | {statistics.median(kernels):.3f} |" if kernels else " | - |")
@@ -204,6 +214,8 @@ def main() -> int:
     parser.add_argument("--min-return", type=float, nargs="+", default=[DEFAULT_MIN_RETURN],
                         help=f"tuning.search_min_return: the predicted return one more iteration must buy "
                              f"({DEFAULT_MIN_RETURN:g}: the product's)")
+    parser.add_argument("--candidate-link", nargs="+", choices=("direct", "driver"), default=["direct"],
+                        help="build.candidate_link: the compiler's own ld (direct, the product's) or the driver (g++)")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))
@@ -216,17 +228,19 @@ def main() -> int:
         # a first tune in a process pays its imports and thread pools: a throwaway one, so that no row does
         warm = argparse.Namespace(**{**vars(args), "out": args.out / "warm-up"})
         run_row(args.models[0], 1, 0, "on", warm, board=board)
-        variants = [(cache, overlap, effort, batches, ret) for cache in args.cache for overlap in args.overlap
-                    for effort in args.effort for batches in args.proposal_batches for ret in args.min_return]
+        variants = [(cache, overlap, effort, batches, ret, link) for cache in args.cache for overlap in args.overlap
+                    for effort in args.effort for batches in args.proposal_batches for ret in args.min_return
+                    for link in args.candidate_link]
         for index, seed in enumerate(args.seeds):
             for model in args.models:
                 # side by side: the same seed's rows one after the other, the order alternating with the seed
-                for cache, overlap, effort, batches, ret in variants if index % 2 == 0 else variants[::-1]:
-                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, batches, ret, seed)
+                for cache, overlap, effort, batches, ret, link in variants if index % 2 == 0 else variants[::-1]:
+                    key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, batches, ret, link,
+                           seed)
                     if key in done:
                         continue
                     time.sleep(2.0)
-                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort, batches, ret)
+                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort, batches, ret, link)
                     rows.append(row)
                     rows_path.parent.mkdir(parents=True, exist_ok=True)
                     rows_path.write_text(json.dumps(rows, indent=1))

@@ -27,6 +27,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from conftest import _missing, require_tool, run_cli
 from edgetune.builder.builder import WarmBuilder, shared_library_linker
+from edgetune.builder.builds import BUILT
 from edgetune.builder.intrinsics import load_tensor_intrinsics
 from edgetune.artifact.compile import compile_model, export_model
 from edgetune.profile import load_profile
@@ -221,3 +222,43 @@ def test_a_wrong_kernel_is_caught_on_the_board(armv7_board: Path) -> None:
         assert not np.array_equal(outputs[1], data * 3.0)
         with pytest.raises(AssertionError, match="kernel_run"):  # a shape the kernel refuses: its own error
             _run_on_board(armv7_board, library, [np.zeros(8, "float32"), np.zeros(8, "float32")])
+
+
+def _dynamic_tags(library: Path) -> str:
+    """The library's dynamic section as ``readelf -d`` prints it (binutils come with the compilers)."""
+    return subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_candidate_needing_the_compilers_helpers_is_linked_directly_and_runs_on_the_board(armv7_board: Path) -> None:
+    """64-bit division is a libgcc call on armv7 (``__divdi3``): the direct link must bring it.
+
+    The builder links a candidate with the cross compiler's own ld and libgcc.a, without the driver
+    (build.candidate_link "direct"): no crt start-up files (no INIT entry) and no libgcc_s.so needed,
+    the helper linked into the library itself. Through the driver it comes from libgcc_s instead.
+    """
+    profile = load_profile("rpi4-32")
+    target = profile.tvm_target()
+    a = te.placeholder((16,), name="a", dtype="int64")
+    b = te.placeholder((16,), name="b", dtype="int64")
+    quotient = te.compute((16,), lambda i: te.floordiv(a[i], b[i]), name="quotient")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, quotient])})
+    numerators = np.array([7_000_000_000, -7_000_000_000, 2**40, -(2**40) - 1, 5, -5, 12, 10**12] * 2, dtype="int64")
+    denominators = np.array([3, 7, -3, 5, 2, 2, -5, 10**6] * 2, dtype="int64")
+    tags = {}
+    for direct in (True, False):
+        BUILT.clear()  # each link builds its own (the process would reuse the same module's artifact)
+        with closing(WarmBuilder(cross_compiler=profile.build.cross_compiler, timeout_sec=120, max_workers=1,
+                                 direct_link=direct)) as builder:
+            (result,) = builder.build([BuilderInput(mod, target)])
+            assert result.error_msg is None, result.error_msg
+            library = Path(str(result.artifact_path))
+            tags[direct] = _dynamic_tags(library)
+            if direct:
+                symbols = subprocess.run(["readelf", "-sW", str(library)], capture_output=True, text=True,
+                                         check=True).stdout.splitlines()
+                helper = [line.split() for line in symbols if line.endswith((" __aeabi_ldivmod", " __divdi3"))]
+                assert helper and all(fields[6] != "UND" for fields in helper), helper  # linked in, from libgcc.a
+            outputs = _run_on_board(armv7_board, library, [numerators, denominators, np.zeros(16, "int64")])
+        np.testing.assert_array_equal(outputs[-1], numerators // denominators)
+    assert "(INIT)" not in tags[True] and "libgcc_s" not in tags[True], tags[True]
+    assert "(INIT)" in tags[False] and "libgcc_s" in tags[False], tags[False]  # the driver's link, for contrast

@@ -14,6 +14,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from conftest import require_tool
 from edgetune.builder.builder import CachedArtifact, WarmBuilder
+from edgetune.builder.builds import BUILT
 from edgetune.builder.intrinsics import families_for_target, load_tensor_intrinsics
 from edgetune.history import open_history
 from edgetune.measure.runner import MeasureConfig, TrackerRunner
@@ -218,3 +219,68 @@ def test_a_profiles_timing_is_flushed_on_a_cpu_and_warm_on_a_gpu_or_when_turned_
     assert timing_of(host) == "flushed"
     assert timing_of(host.with_overrides(measure={"enable_cpu_cache_flush": False})) == "warm"
     assert timing_of(load_profile("cuda")) == "warm"
+
+
+def _dynamic_section(path: str) -> str:
+    import subprocess
+
+    return subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+
+
+def _outputs(library: str, mod: tvm.IRModule) -> list:
+    """``main`` of ``library`` run on the same random inputs; every argument as it is afterwards."""
+    import numpy as np
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.random([int(d) for d in info.shape]).astype(info.dtype))
+            for info in ArgInfo.from_prim_func(mod["main"])]
+    tvm.runtime.load_module(library)["main"](*args)
+    return [arg.numpy() for arg in args]
+
+
+def test_candidates_are_linked_without_the_compiler_driver_and_compute_the_same(candidates):
+    """build.candidate_link "direct": the compiler's own ld, no crt start-up files (no INIT entry); the driver's
+    link (``direct_link=False``, or any ``cross_compiler_flags``) has them. Both libraries compute the same."""
+    import numpy as np
+
+    _ctx, found = candidates
+    mods = [c.sch.mod for c in found[:2]]
+    outputs, linked_by_driver = {}, {}
+    for name, settings in {"direct": {}, "driver": {"direct_link": False},
+                           "flags": {"cross_compiler_flags": ("-Wl,-O1",)}}.items():
+        BUILT.clear()  # each variant builds its own (the process would reuse the same module's artifact)
+        with closing(WarmBuilder(timeout_sec=60, max_workers=1, **settings)) as builder:
+            results = builder.build([BuilderInput(mod, HOST) for mod in mods])
+            assert [r.error_msg for r in results] == [None, None]
+            paths = [str(r.artifact_path) for r in results]
+            linked_by_driver[name] = ["(INIT)" in _dynamic_section(path) for path in paths]
+            outputs[name] = [_outputs(path, mod) for path, mod in zip(paths, mods)]
+    assert linked_by_driver == {"direct": [False, False], "driver": [True, True], "flags": [True, True]}
+    for ours, theirs in zip(outputs["direct"], outputs["driver"]):
+        for mine, other in zip(ours, theirs):
+            np.testing.assert_array_equal(mine, other)
+
+
+def test_a_direct_link_the_linker_refuses_falls_back_to_the_driver(candidates, tmp_path, monkeypatch):
+    """An ld that fails (a toolchain edgetune misreads) costs a driver link, never the candidate."""
+    from edgetune.builder import builder as module
+
+    monkeypatch.setattr(module, "direct_link_tools", lambda cross_compiler: module.DirectLinkTools("/bin/false", None))
+    _ctx, found = candidates
+    mod = found[0].sch.mod
+    library = tmp_path / "candidate.so"
+    tvm.compile(mod, target=HOST).export_library(str(library), fcompile=module.shared_library_linker("", (), direct=True))
+    assert "(INIT)" in _dynamic_section(str(library))  # linked by the driver
+    assert len(_outputs(str(library), mod)) == 3
+
+
+def test_the_direct_link_uses_the_tools_the_compiler_names():
+    from edgetune.builder.builder import direct_link_tools
+
+    tools = direct_link_tools("")
+    assert tools is not None and os.path.basename(tools.linker) == "ld" and os.access(tools.linker, os.X_OK)
+    assert tools.support_library and tools.support_library.endswith(".a") and os.path.isfile(tools.support_library)
+    cross = direct_link_tools(require_tool("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu"))
+    assert cross is not None and "aarch64-linux-gnu" in cross.linker and "aarch64-linux-gnu" in cross.support_library
+    assert direct_link_tools("no-such-compiler-g++") is None

@@ -140,7 +140,7 @@ def test_defaults_applied(tmp_path: Path) -> None:
     assert profile.description == ""
     assert profile.host_target is None
     assert profile.build.cross_compiler == "" and profile.build.cross_compiler_flags == ()
-    assert (profile.build.timeout_sec, profile.build.workers) == (60.0, 0)
+    assert (profile.build.timeout_sec, profile.build.workers, profile.build.candidate_link) == (60.0, 0, "direct")
     assert not profile.is_cross_compiled
     assert (profile.rpc.key, profile.rpc.device, profile.rpc.session_timeout_sec) == ("board", "cpu", 120.0)
     m = profile.measure
@@ -243,6 +243,7 @@ def test_unknown_key_without_match_lists_valid_keys(tmp_path: Path) -> None:
         ("[tuning]\nmeta_handoff_samples = -1", "key 'tuning.meta_handoff_samples' must be an integer >= 0, got -1 (int) instead"),
         ('[measure]\nstop_rule = "median"', "key 'measure.stop_rule' must be one of 'auto', 'cv', 'ci', got 'median' (str) instead"),
         ("[measure]\nci_threshold = 0", "key 'measure.ci_threshold' must be a number > 0, got 0 (int) instead"),
+        ('[build]\ncandidate_link = "gcc"', "key 'build.candidate_link' must be one of 'direct', 'driver', got 'gcc' (str) instead"),
     ],
 )
 def test_wrong_type_message(tmp_path: Path, snippet: str, expected: str) -> None:

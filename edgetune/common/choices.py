@@ -10,6 +10,8 @@ from __future__ import annotations
 
 #: ``tvm.runtime.Device`` kinds a board can expose over RPC.
 RPC_DEVICES = ("cpu", "cuda", "opencl", "vulkan", "metal")
+#: How a candidate's library is linked: "direct" with the compiler's own ld (no driver), or through the "driver".
+CANDIDATE_LINKS = ("direct", "driver")
 #: Cost models ``edgetune tune`` knows how to build.
 COST_MODELS = ("xgb", "rf", "random", "meta")
 #: How candidates are timed on the board.

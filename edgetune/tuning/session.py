@@ -201,6 +201,7 @@ def make_builder(run: RunSettings, cache: CandidateCache, claims: CandidateClaim
         cross_compiler_flags=tuple(build.cross_compiler_flags),
         timeout_sec=build.timeout_sec,
         max_workers=build.workers,
+        direct_link=build.candidate_link == "direct",
         lookup_cached=cache.lookup_mod,
         claims=claims,
     )

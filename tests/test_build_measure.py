@@ -221,10 +221,13 @@ def test_a_profiles_timing_is_flushed_on_a_cpu_and_warm_on_a_gpu_or_when_turned_
     assert timing_of(load_profile("cuda")) == "warm"
 
 
-def _dynamic_section(path: str) -> str:
+def _code_addresses(path: str) -> dict[str, str]:
+    """Where each function of a library lies (``nm``): a kernel's speed depends on it."""
     import subprocess
 
-    return subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout
+    return {fields[2]: fields[0] for fields in (line.split() for line in listing.splitlines())
+            if len(fields) == 3 and fields[1] in "tT"}
 
 
 def _outputs(library: str, mod: tvm.IRModule) -> list:
@@ -239,48 +242,93 @@ def _outputs(library: str, mod: tvm.IRModule) -> list:
     return [arg.numpy() for arg in args]
 
 
-def test_candidates_are_linked_without_the_compiler_driver_and_compute_the_same(candidates):
-    """build.candidate_link "direct": the compiler's own ld, no crt start-up files (no INIT entry); the driver's
-    link (``direct_link=False``, or any ``cross_compiler_flags``) has them. Both libraries compute the same."""
+def test_a_direct_link_puts_a_candidates_code_where_the_drivers_link_does(candidates):
+    """build.candidate_link "direct" (the default) against "driver": every function at the same address, so a
+    kernel is timed as the driver's library would run it, and the same outputs."""
     import numpy as np
 
     _ctx, found = candidates
     mods = [c.sch.mod for c in found[:2]]
-    outputs, linked_by_driver = {}, {}
-    for name, settings in {"direct": {}, "driver": {"direct_link": False},
-                           "flags": {"cross_compiler_flags": ("-Wl,-O1",)}}.items():
+    outputs, addresses = {}, {}
+    for name, settings in {"direct": {}, "driver": {"direct_link": False}}.items():
         BUILT.clear()  # each variant builds its own (the process would reuse the same module's artifact)
         with closing(WarmBuilder(timeout_sec=60, max_workers=1, **settings)) as builder:
             results = builder.build([BuilderInput(mod, HOST) for mod in mods])
             assert [r.error_msg for r in results] == [None, None]
             paths = [str(r.artifact_path) for r in results]
-            linked_by_driver[name] = ["(INIT)" in _dynamic_section(path) for path in paths]
+            addresses[name] = [_code_addresses(path) for path in paths]
             outputs[name] = [_outputs(path, mod) for path, mod in zip(paths, mods)]
-    assert linked_by_driver == {"direct": [False, False], "driver": [True, True], "flags": [True, True]}
+    assert all("__tvm_ffi_main" in found for found in addresses["direct"])
+    assert addresses["direct"] == addresses["driver"]
     for ours, theirs in zip(outputs["direct"], outputs["driver"]):
         for mine, other in zip(ours, theirs):
             np.testing.assert_array_equal(mine, other)
 
 
-def test_a_direct_link_the_linker_refuses_falls_back_to_the_driver(candidates, tmp_path, monkeypatch):
-    """An ld that fails (a toolchain edgetune misreads) costs a driver link, never the candidate."""
+def _linked(mod: tvm.IRModule, path: str, monkeypatch, flags: tuple[str, ...] = (), tools=None) -> list[str]:
+    """Link ``mod``'s candidate library at ``path`` in this process; what ran: the programs, or "driver"."""
+    import subprocess
+
+    from tvm.support import cc
+
     from edgetune.builder import builder as module
 
-    monkeypatch.setattr(module, "direct_link_tools", lambda cross_compiler: module.DirectLinkTools("/bin/false", None))
+    ran: list[str] = []
+    real_run, real_create_shared = subprocess.run, cc.create_shared
+
+    def run(command, *args, **kwargs):
+        ran.append(os.path.basename(command[0]))
+        return real_run(command, *args, **kwargs)
+
+    def create_shared(*args, **kwargs):
+        ran.append("driver")
+        return real_create_shared(*args, **kwargs)
+
+    monkeypatch.setattr(module.subprocess, "run", run)
+    monkeypatch.setattr(cc, "create_shared", create_shared)
+    if tools is not None:
+        monkeypatch.setattr(module, "direct_link_tools", lambda cross_compiler: tools)
+    tvm.compile(mod, target=HOST).export_library(path, fcompile=module.shared_library_linker("", flags, direct=True))
+    monkeypatch.undo()
+    return ran
+
+
+def test_a_candidate_is_linked_by_ld_not_the_driver_unless_flags_ask_for_it(candidates, tmp_path, monkeypatch):
+    from edgetune.builder.builder import direct_link_tools
+
+    direct_link_tools("")  # asked once per process, before the links below are watched
     _ctx, found = candidates
     mod = found[0].sch.mod
+    assert _linked(mod, str(tmp_path / "direct.so"), monkeypatch) == ["ld"]
+    assert _linked(mod, str(tmp_path / "flags.so"), monkeypatch, flags=("-Wl,-O1",)) == ["driver"]
+    assert len(_outputs(str(tmp_path / "direct.so"), mod)) == 3
+
+
+def test_a_direct_link_the_linker_refuses_falls_back_to_the_driver(candidates, tmp_path, monkeypatch):
+    """An ld that fails (a toolchain edgetune misreads) costs a driver link, never the candidate."""
+    from edgetune.builder.builder import DirectLinkTools
+
+    _ctx, found = candidates
+    mod = found[0].sch.mod
+    refusing = DirectLinkTools("/bin/false", ("-o", "@edgetune-output@.so", "@edgetune-objects@.o"), None)
     library = tmp_path / "candidate.so"
-    tvm.compile(mod, target=HOST).export_library(str(library), fcompile=module.shared_library_linker("", (), direct=True))
-    assert "(INIT)" in _dynamic_section(str(library))  # linked by the driver
+    assert _linked(mod, str(library), monkeypatch, tools=refusing) == ["false", "driver"]
     assert len(_outputs(str(library), mod)) == 3
 
 
-def test_the_direct_link_uses_the_tools_the_compiler_names():
+def test_the_direct_link_uses_the_tools_and_start_up_files_the_compiler_names():
     from edgetune.builder.builder import direct_link_tools
 
     tools = direct_link_tools("")
     assert tools is not None and os.path.basename(tools.linker) == "ld" and os.access(tools.linker, os.X_OK)
     assert tools.support_library and tools.support_library.endswith(".a") and os.path.isfile(tools.support_library)
+    command = tools.command("out.so", ["a.o", "b.o"])
+    assert command[command.index("-o") + 1] == "out.so" and "-shared" in command
+    starts = [os.path.basename(word) for word in command if word.endswith(".o")]
+    assert starts == ["crti.o", "crtbeginS.o", "a.o", "b.o", "crtendS.o", "crtn.o"]  # the driver's start-up files
+    assert command.index(tools.support_library) == command.index("b.o") + 1
+    assert not [word for word in command if word.startswith(("-l", "-L", "-plugin"))]  # no library scanned
     cross = direct_link_tools(require_tool("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu"))
     assert cross is not None and "aarch64-linux-gnu" in cross.linker and "aarch64-linux-gnu" in cross.support_library
+    assert "--fix-cortex-a53-843419" in cross.arguments  # the driver's erratum fix stays
     assert direct_link_tools("no-such-compiler-g++") is None

@@ -12,8 +12,8 @@ a build that exceeds ``timeout_sec`` is killed and reported as data
 (``BuilderResult.error_msg``), never raised.
 
 Artifacts are shared libraries linked on the host with the profile's (cross)
-compiler's own ``ld`` (``build.candidate_link``: without its driver, about 30 ms less
-per candidate), so the board needs no compiler of its own. A module is built once
+compiler's own ``ld`` (``build.candidate_link``: the driver's link line without the driver
+and its libraries, about 27 ms less per candidate), so the board needs no compiler of its own. A module is built once
 per process (:mod:`edgetune.builder.builds`): asked for again, its artifact is
 reused. With :attr:`WarmBuilder.defer` set (the search, see
 :mod:`edgetune.measure.pending`), ``build`` submits the batch and returns at
@@ -93,9 +93,12 @@ def shared_library_linker(
     without bound in a long-lived worker.
 
     With ``direct``, objects alone (no flags, no options, no C source) are linked by the
-    driver's own ``ld`` and its support library (:func:`direct_link_tools`), without the
-    driver: a candidate's link took about 33 ms through ``g++`` against 4-5 ms this way,
-    on a build of about 0.23 CPU s. The model a user deploys keeps the driver's link.
+    driver's own ``ld`` on the driver's own link line less its libraries (:func:`direct_link_tools`):
+    a candidate's link took about 35 ms through ``g++`` against 5-6 ms this way, on a build of
+    about 0.2 CPU s. The start-up files and options stay, so the code lands at the addresses the
+    driver's link gives it: a kernel's speed depends on where its loops fall (one of 24 library
+    kernels measured 1.47x slower, identical code, in a library linked without them). The model a
+    user deploys keeps the driver's link.
     """
     from tvm.support import cc
 
@@ -111,49 +114,87 @@ def shared_library_linker(
     return fcompile
 
 
+#: stand-ins for the output and the objects in the driver's link line (``-###`` names files it does not open)
+_OUTPUT_SLOT, _OBJECTS_SLOT = "@edgetune-output@.so", "@edgetune-objects@.o"
+
+
 @dataclass(frozen=True)
 class DirectLinkTools:
-    """The linker a compiler driver runs and the support library it links (``__aeabi_ldivmod`` and kin)."""
+    """How a compiler driver links a shared library, without the driver and the libraries it scans.
+
+    ``arguments``: the driver's ``ld`` line (``-###``) with its start-up files and options and without its
+    plugin, ``-L`` and ``-l`` arguments, the output and objects as :data:`_OUTPUT_SLOT`, :data:`_OBJECTS_SLOT`.
+    ``support_library``: what takes the libraries' place, linked after the objects (``libgcc.a``: the helpers
+    such as ``__divdi3`` that a 32-bit ARM kernel calls; the kernels' libc and libm calls resolve when the
+    runtime loads them, as through the driver's link).
+    """
 
     linker: str
+    arguments: tuple[str, ...]
     support_library: str | None
+
+    def command(self, output: str, objects: list[str]) -> list[str]:
+        command = [self.linker]
+        for argument in self.arguments:
+            if argument == _OUTPUT_SLOT:
+                command.append(output)
+            elif argument == _OBJECTS_SLOT:
+                command.extend(objects)
+                if self.support_library:
+                    command.append(self.support_library)
+            else:
+                command.append(argument)
+        return command
 
 
 @functools.lru_cache(maxsize=None)
 def direct_link_tools(cross_compiler: str) -> DirectLinkTools | None:
-    """What ``cross_compiler`` (the host's ``g++`` when empty) links with, asked once; None: link through it.
+    """How ``cross_compiler`` (the host's ``g++`` when empty) links a shared library, asked once; None: through it.
 
-    The driver names its own ``ld`` (``-print-prog-name=ld``: the cross ``ld`` for a cross
-    compiler) and its support library (``-print-libgcc-file-name``: ``libgcc.a``, or clang's
-    builtins), so the library links the same helpers the driver's link would.
+    The driver names its own ``ld`` (``-print-prog-name=ld``: the cross ``ld`` for a cross compiler), its
+    support library (``-print-libgcc-file-name``) and its link line (``-###``). Most of a driver's link is
+    ``ld`` reading ``libstdc++``, ``libm`` and ``libc``, which a kernel's object needs none of.
     """
+    import shlex
+
     from tvm.support import cc
 
     driver = cross_compiler or cc.get_cc() or "g++"
 
-    def ask(option: str) -> str | None:
+    def ask(*options: str) -> subprocess.CompletedProcess | None:
         try:
-            done = subprocess.run([driver, option], capture_output=True, text=True, timeout=30, check=False)
+            done = subprocess.run([driver, *options], capture_output=True, text=True, timeout=30, check=False)
         except (OSError, subprocess.SubprocessError):
             return None
-        answer = done.stdout.strip()
-        return answer if done.returncode == 0 and answer else None
+        return done if done.returncode == 0 else None
 
     named = ask("-print-prog-name=ld")
-    linker = shutil.which(named) if named else None
-    if linker is None:
+    linker = shutil.which(named.stdout.strip()) if named and named.stdout.strip() else None
+    planned = ask("-shared", "-fPIC", "-o", _OUTPUT_SLOT, _OBJECTS_SLOT, "-###")
+    if linker is None or planned is None:
+        return None
+    lines = [line for line in planned.stderr.splitlines() if _OUTPUT_SLOT in line and _OBJECTS_SLOT in line
+             and not line.startswith("COLLECT_GCC_OPTIONS")]
+    if not lines:
+        return None
+    arguments: list[str] = []
+    words = iter(shlex.split(lines[-1])[1:])  # the linker the driver runs (collect2 or ld), then its arguments
+    for word in words:
+        if word == "-plugin":
+            next(words, None)
+        elif not word.startswith(("-plugin-opt", "-L", "-l")):
+            arguments.append(word)
+    if arguments.count(_OBJECTS_SLOT) != 1 or arguments.count(_OUTPUT_SLOT) != 1:
         return None
     support = ask("-print-libgcc-file-name")
-    return DirectLinkTools(linker, support if support and os.path.isfile(support) else None)
+    support_path = support.stdout.strip() if support else ""
+    return DirectLinkTools(linker, tuple(arguments), support_path if os.path.isfile(support_path) else None)
 
 
 def _link_directly(tools: DirectLinkTools, output: str, objects: list[str]) -> bool:
     """Link ``objects`` into ``output`` with ``tools``; False if the linker refused (the driver links them instead)."""
-    command = [tools.linker, "-shared", "-o", output, *objects]
-    if tools.support_library:
-        command.append(tools.support_library)
     try:
-        return subprocess.run(command, capture_output=True, check=False).returncode == 0
+        return subprocess.run(tools.command(output, objects), capture_output=True, check=False).returncode == 0
     except OSError:
         return False
 

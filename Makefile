@@ -59,10 +59,8 @@ demo: install
 
 # --max-worker-restart=0: a worker that dies (SIGILL, segfault) fails the run at once, naming the test it ran;
 # replaced, it leaves pytest-xdist 3.8's loadfile scheduler waiting forever (pytest-dev/pytest-xdist#784, #1313)
-# --no-loadscope-reorder: files are handed out in collection order, the heaviest first (tests/durations.json,
-# tests/conftest.py), not by their number of tests, so no long file is left to run alone at the end
 test: install-test
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) edgetune-out .pytest_cache

@@ -8,7 +8,6 @@ missing component is a failure: `.ci/run` installs them.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -29,28 +28,6 @@ for _name in ("TVM_TRACKER_HOST", "TVM_TRACKER_PORT", "TVM_TRACKER_KEY"):
     os.environ.pop(_name, None)
 REPO = Path(__file__).resolve().parent.parent
 SESSION_KEY = "pytest-local"
-
-
-#: seconds each test file took in a recent CI run (tests/harness/file_durations.py writes it)
-FILE_SECONDS: dict[str, float] = json.loads((Path(__file__).with_name("durations.json")).read_text())
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heaviest test files first, each file's tests in their own order.
-
-    pytest-xdist hands whole files to its workers in collection order (``--dist loadfile
-    --no-loadscope-reorder``, the Makefile's), so the longest files start early and no worker
-    is left running one alone at the end: longest-processing-time-first. A file the figures
-    do not know yet counts as a median one.
-    """
-    known = sorted(FILE_SECONDS.values())
-    median = known[len(known) // 2] if known else 0.0
-
-    def weight(item: pytest.Item) -> tuple[float, str]:
-        name = item.nodeid.split("::", 1)[0]
-        return (-FILE_SECONDS.get(name, median), name)
-
-    items.sort(key=weight)  # stable: within a file, the tests keep their order
 
 
 def require_tool(name: str, debian_package: str) -> str:

@@ -95,10 +95,9 @@ def shared_library_linker(
     With ``direct``, objects alone (no flags, no options, no C source) are linked by the
     driver's own ``ld`` on the driver's own link line less its libraries (:func:`direct_link_tools`):
     a candidate's link took about 35 ms through ``g++`` against 5-6 ms this way, on a build of
-    about 0.2 CPU s. The start-up files and options stay, so the code lands at the addresses the
-    driver's link gives it: a kernel's speed depends on where its loops fall (one of 24 library
-    kernels measured 1.47x slower, identical code, in a library linked without them). The model a
-    user deploys keeps the driver's link.
+    about 0.2 CPU s. The start-up files and options stay, so every instruction lands at the address
+    the driver's link gives it and a candidate is timed as before. The model a user deploys keeps
+    the driver's link.
     """
     from tvm.support import cc
 

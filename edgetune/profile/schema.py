@@ -25,13 +25,13 @@ if TYPE_CHECKING:
 
 from edgetune.common.choices import (  # noqa: F401 - re-exported: the schema's vocabulary
     BASELINES,
+    CANDIDATE_LINKS,
     CONV_LAYOUTS,
     COST_MODELS,
     EARLY_STOPS,
     EVALUATORS,
     EXPLORATIONS,
     GRAPH_OPTIMIZATIONS,
-    CANDIDATE_LINKS,
     RPC_DEVICES,
     SAMPLERS,
     SEARCH_STRATEGIES,

@@ -43,23 +43,29 @@ def _matmul_artifact(directory: Path, n: int = 96) -> tuple[str, list]:
 
 
 def test_adaptive_evaluator_takes_more_runs_on_a_noisy_board(tmp_path):
-    """Quiet board: the second micro-batch agrees with the first. Noisy board: the
-    server's processes lose their core for 20-200 ms every 20-250 ms (SIGSTOP/SIGCONT,
-    as when other work takes the core), so micro-batches disagree, the CV stays
-    high and more runs are taken. Stalls are used rather than competing busy
-    loops because on a shared 2-core host the scheduler spreads busy loops too
-    evenly to tell the two cases apart reliably."""
+    """Quiet board: the second micro-batch agrees with the first. Noisy board: other
+    work takes the server's core (SIGSTOP/SIGCONT) for 1.5 micro-batches in every
+    second micro-batch of its own work, so micro-batches disagree, the CV stays
+    high and more runs are taken. Stalls are used rather than competing busy loops
+    because on a shared 2-core host the scheduler spreads busy loops too evenly to
+    tell the two cases apart reliably; they are placed by the server's own CPU time,
+    not at random, because random stalls (20-200 ms every 20-250 ms) missed or hit
+    both of a measurement's first two micro-batches about half the time, and a CI
+    run on a loaded host then saw as many runs on the noisy board as on the quiet one."""
     from edgetune.measure.runner import TrackerRunner
 
     artifact, args_info = _matmul_artifact(tmp_path, n=192)  # ~2.5 ms a run on a quiet host
     with LocalBoard(key="noise-test", num_threads=1, log_dir=tmp_path / "board") as board:
         address = board.start()
-        # A micro-batch must last about as long as a stall (20-200 ms), or it averages the stalls out and the CV
-        # cannot see them: on a loaded host the kernel ran 7-16 ms, 50 of them 0.4-0.8 s, and every measurement
-        # stopped at two micro-batches. So the micro-batch is sized from the kernel's time on this host now.
+        server_group = board.pids[-1]
+        # A micro-batch must last about as long as a stall, or it averages the stalls out and the CV cannot see them:
+        # on a loaded host the kernel ran 7-16 ms, 50 of them 0.4-0.8 s. So the micro-batch is sized from the
+        # kernel's time on this host now, and the stalls from the server's CPU time per run.
         probe = TrackerRunner(address, config=_cv_rule(50))
         try:
+            cpu_before = _group_cpu_sec(server_group)
             warm = _runs_used(probe, artifact, args_info, 2, 50)  # also the warm-up: a fresh server's first timings drift
+            cpu_per_run = (_group_cpu_sec(server_group) - cpu_before) / sum(record.runs for record in warm)
         finally:
             probe.close()
         run_sec = min(record.mean_sec for record in warm)
@@ -69,13 +75,15 @@ def test_adaptive_evaluator_takes_more_runs_on_a_noisy_board(tmp_path):
             quiet, noisy = [], []
             for _ in range(4):  # interleaved blocks, so the shared host's own noise hits both alike
                 quiet += [r.runs for r in _runs_used(runner, artifact, args_info, 2, micro)]
-                with _stalls(board.pids[-1]):
+                with _stalls(server_group, every_cpu_sec=micro * cpu_per_run, stall_sec=1.5 * micro * run_sec):
                     noisy += [r.runs for r in _runs_used(runner, artifact, args_info, 2, micro)]
         finally:
             runner.close()
-    print(f"{run_sec * 1e3:.2f} ms a run, micro-batches of {micro}; runs used: quiet {quiet}, noisy {noisy}")
+    print(f"{run_sec * 1e3:.2f} ms a run ({cpu_per_run * 1e3:.2f} ms CPU), micro-batches of {micro}; "
+          f"runs used: quiet {quiet}, noisy {noisy}")
     assert np.mean(noisy) > np.mean(quiet), (quiet, noisy)
     assert min(quiet) == 2 * micro  # quiet: two micro-batches are enough at least once
+    assert sum(runs > 2 * micro for runs in noisy) >= len(noisy) - 2, noisy  # noisy: rarely two
 
 
 def _cv_rule(micro_batch: int) -> MeasureSettings:
@@ -86,31 +94,75 @@ def _cv_rule(micro_batch: int) -> MeasureSettings:
     )
 
 
-#: stops and continues a process group at random until terminated: the first stall at once (one measurement can be
-#: over in 100 ms), then bursts of very different lengths, so that micro-batches of ~40 ms disagree
-_STALLER = """
-import os, random, signal, sys, time
-pgid, rng = int(sys.argv[1]), random.Random()
-time.sleep(rng.uniform(0.0, 0.020))
+#: the CPU seconds (user + system, with the reaped children's) that a process group has used, from /proc
+_GROUP_CPU = """
+import os
+
+def group_members(pgid):
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _stat(name) is not None and int(_stat(name)[2]) == pgid:
+            members.append(name)
+    return members
+
+def group_cpu_sec(pgid, members=None):
+    total = 0
+    for name in group_members(pgid) if members is None else members:
+        fields = _stat(name)
+        if fields is not None:  # None: exited meanwhile (its time moves to its parent's children's time)
+            total += sum(int(field) for field in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+def _stat(name):
+    try:
+        with open(f"/proc/{name}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+"""
+_namespace: dict = {}
+exec(_GROUP_CPU, _namespace)
+_group_cpu_sec = _namespace["group_cpu_sec"]
+
+#: stops the process group for stall_sec in the middle of every second stretch of every_cpu_sec of its own CPU time
+#: (mid-stretch, so that the drift of a measurement's micro-batches against this count cannot push a stall out of one
+#: micro-batch into the next); the stretches without a stall give the micro-batches the stalled ones disagree with.
+#: The group's members are listed again every 100 ms, not on every 5 ms poll, so that the staller takes little CPU.
+_STALLER = _GROUP_CPU + """
+import signal, sys, time
+pgid, every, stall = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+members = group_members(pgid)
+next_stall = group_cpu_sec(pgid, members) + 1.5 * every
+print("ready", flush=True)
+polls = 0
 while True:
+    polls += 1
+    if polls % 20 == 0:
+        members = group_members(pgid)
+    if group_cpu_sec(pgid, members) < next_stall:
+        time.sleep(0.005)
+        continue
     os.killpg(pgid, signal.SIGSTOP)
-    time.sleep(rng.uniform(0.020, 0.200))
+    time.sleep(stall)
     os.killpg(pgid, signal.SIGCONT)
-    time.sleep(rng.uniform(0.020, 0.250))
+    next_stall += 2 * every
 """
 
 
 @contextlib.contextmanager
-def _stalls(pgid: int):
-    """Stop and continue a process group at random, until the block ends.
+def _stalls(pgid: int, every_cpu_sec: float, stall_sec: float):
+    """Stall a process group in every second stretch of ``every_cpu_sec`` of its CPU time, until the block ends.
 
     From a process of its own, not a thread of the test's: a thread needs this interpreter's GIL to send its SIGCONT.
     CI hung here once with the server stopped for good and the test's process idle, most likely a thread holding
-    the GIL while it waited on the stopped server. Fresh entropy per block: a seed fixed per server repeated one
-    stall pattern in every block, and one unlucky pattern then failed all of them.
+    the GIL while it waited on the stopped server.
     """
-    staller = subprocess.Popen([sys.executable, "-S", "-c", _STALLER, str(pgid)])
+    staller = subprocess.Popen(
+        [sys.executable, "-S", "-c", _STALLER, str(pgid), str(every_cpu_sec), str(stall_sec)], stdout=subprocess.PIPE, text=True
+    )
     try:
+        # the stalls count from the staller's start: the measurements must not begin before it has counted
+        assert staller.stdout.readline() == "ready\n"
         yield
     finally:
         staller.kill()  # it may die between a stop and its continue: the group is continued below

@@ -13,8 +13,8 @@ evolution proposes for K-means sampling (``--proposal-batches``:
 before: one round's sampled batch measured alone) and the return an
 evolutionary iteration must buy to be run again (``--min-return``:
 ``tuning.search_min_return``, 0.02 in the product) and how a candidate's library is
-linked (``--candidate-link``: ``build.candidate_link``, ``direct`` in the product, the
-compiler's own ld; ``driver``, through ``g++`` as before). Every row starts with
+linked (``--candidate-link``: ``build.candidate_link``, ``driver`` in the product, through
+``g++``; ``direct``, the compiler's own ld). Every row starts with
 the process's builds forgotten (``BUILT.clear()``), so no row reuses an artifact an
 earlier row built, as a new ``edgetune tune`` process would not. The summary's ``host_time``
 section says where the wall clock went: the search (``ahead``: of it, what the
@@ -93,7 +93,7 @@ def slow_board(seconds_per_candidate: float) -> Any:
 
 def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace, overlap: str = "on",
             board: Any = None, effort: str = "returns", proposal_batches: int = 4,
-            min_return: float = DEFAULT_MIN_RETURN, candidate_link: str = "direct") -> dict[str, Any]:
+            min_return: float = DEFAULT_MIN_RETURN, candidate_link: str = "driver") -> dict[str, Any]:
     """One tune; ``board``: a TrackerBoard (``--board tracker``), None for the embedded board."""
     from edgetune.builder.builds import BUILT
     from edgetune.costmodel.surrogate import RandomForestModel
@@ -111,7 +111,7 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     out_dir = args.out / (f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
                           f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}-proposals{proposal_batches}"
                           + (f"-return{min_return:g}" if min_return != DEFAULT_MIN_RETURN else "")
-                          + (f"-link-{candidate_link}" if candidate_link != "direct" else ""))
+                          + (f"-link-{candidate_link}" if candidate_link != "driver" else ""))
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out_dir))
     n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
     components = Components(
@@ -214,8 +214,8 @@ def main() -> int:
     parser.add_argument("--min-return", type=float, nargs="+", default=[DEFAULT_MIN_RETURN],
                         help=f"tuning.search_min_return: the predicted return one more iteration must buy "
                              f"({DEFAULT_MIN_RETURN:g}: the product's)")
-    parser.add_argument("--candidate-link", nargs="+", choices=("direct", "driver"), default=["direct"],
-                        help="build.candidate_link: the compiler's own ld (direct, the product's) or the driver (g++)")
+    parser.add_argument("--candidate-link", nargs="+", choices=("direct", "driver"), default=["driver"],
+                        help="build.candidate_link: the driver (g++, the product's) or the compiler's own ld (direct)")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))

@@ -243,14 +243,14 @@ def _outputs(library: str, mod: tvm.IRModule) -> list:
 
 
 def test_a_direct_link_puts_a_candidates_code_where_the_drivers_link_does(candidates):
-    """build.candidate_link "direct" (the default) against "driver": every function at the same address, so a
+    """build.candidate_link "direct" against "driver" (the default): every function at the same address, so a
     kernel is timed as the driver's library would run it, and the same outputs."""
     import numpy as np
 
     _ctx, found = candidates
     mods = [c.sch.mod for c in found[:2]]
     outputs, addresses = {}, {}
-    for name, settings in {"direct": {}, "driver": {"direct_link": False}}.items():
+    for name, settings in {"direct": {"direct_link": True}, "driver": {}}.items():
         BUILT.clear()  # each variant builds its own (the process would reuse the same module's artifact)
         with closing(WarmBuilder(timeout_sec=60, max_workers=1, **settings)) as builder:
             results = builder.build([BuilderInput(mod, HOST) for mod in mods])

@@ -140,7 +140,7 @@ def test_defaults_applied(tmp_path: Path) -> None:
     assert profile.description == ""
     assert profile.host_target is None
     assert profile.build.cross_compiler == "" and profile.build.cross_compiler_flags == ()
-    assert (profile.build.timeout_sec, profile.build.workers, profile.build.candidate_link) == (60.0, 0, "direct")
+    assert (profile.build.timeout_sec, profile.build.workers, profile.build.candidate_link) == (60.0, 0, "driver")
     assert not profile.is_cross_compiled
     assert (profile.rpc.key, profile.rpc.device, profile.rpc.session_timeout_sec) == ("board", "cpu", 120.0)
     m = profile.measure

@@ -11,9 +11,10 @@ recycled after ``max_uses`` builds to bound the memory TVM leaks per build, and
 a build that exceeds ``timeout_sec`` is killed and reported as data
 (``BuilderResult.error_msg``), never raised.
 
-Artifacts are shared libraries linked on the host with the profile's (cross)
-compiler's own ``ld`` (``build.candidate_link``: the driver's link line without the driver
-and its libraries, about 27 ms less per candidate), so the board needs no compiler of its own. A module is built once
+Artifacts are shared libraries linked on the host by the profile's (cross)
+compiler, or with its own ``ld`` (``build.candidate_link = "direct"``: the driver's link
+line without the driver and its libraries, about 30 ms less CPU per candidate, which saved
+no host time per trial end to end), so the board needs no compiler of its own. A module is built once
 per process (:mod:`edgetune.builder.builds`): asked for again, its artifact is
 reused. With :attr:`WarmBuilder.defer` set (the search, see
 :mod:`edgetune.measure.pending`), ``build`` submits the batch and returns at
@@ -204,7 +205,7 @@ def _build_in_worker(
     cross_compiler: str,
     flags: tuple[str, ...],
     artifact_dir: str,
-    direct_link: bool = True,
+    direct_link: bool = False,
 ) -> str:
     """Compile one scheduled module and link it; runs inside a pool worker."""
     import tvm
@@ -283,7 +284,7 @@ class WarmBuilder(PyBuilder):
         Builds a worker performs before it is replaced.
     direct_link:
         Link each candidate with the compiler's own ``ld`` and support library, without the
-        compiler driver (:func:`shared_library_linker`); False links through the driver.
+        compiler driver (:func:`shared_library_linker`); False (the default) links through the driver.
     lookup_cached:
         Optional ``f(mod) -> key | None``: when it returns a key, the candidate
         is not built and its artifact path becomes ``CACHED_ARTIFACT_PREFIX + key``.
@@ -301,7 +302,7 @@ class WarmBuilder(PyBuilder):
         timeout_sec: float = 60.0,
         max_workers: int = 0,
         max_uses: int = 256,
-        direct_link: bool = True,
+        direct_link: bool = False,
         lookup_cached: Callable[[Any], str | None] | None = None,
         claims: Any = None,
     ) -> None:

@@ -14,7 +14,9 @@ before: one round's sampled batch measured alone) and the return an
 evolutionary iteration must buy to be run again (``--min-return``:
 ``tuning.search_min_return``, 0.02 in the product) and how a candidate's library is
 linked (``--candidate-link``: ``build.candidate_link``, ``driver`` in the product, through
-``g++``; ``direct``, the compiler's own ld). Every row starts with
+``g++``; ``direct``, the compiler's own ld) and the depth a task class's first ranked round
+of evolution starts at (``--start-iterations``: ``edgetune.search.effort.START_ITERATIONS``,
+2 in the product; 4, MetaSchedule's, before). Every row starts with
 the process's builds forgotten (``BUILT.clear()``), so no row reuses an artifact an
 earlier row built, as a new ``edgetune tune`` process would not. The summary's ``host_time``
 section says where the wall clock went: the search (``ahead``: of it, what the
@@ -55,11 +57,13 @@ from pathlib import Path
 from typing import Any
 
 from edgetune.profile.schema import TuningSettings  # the settings' schema only: no TVM import
+from edgetune.search.effort import START_ITERATIONS
 
 CACHES = {"on": 100_000, "off": 0}
 OVERLAPS = ("on", "off")
 BOARDS = ("embedded", "tracker")
 DEFAULT_MIN_RETURN = TuningSettings().search_min_return  # the product's tuning.search_min_return
+DEFAULT_START_ITERATIONS = START_ITERATIONS  # the product's first depth of a task class's evolution
 
 
 def slow_board(seconds_per_candidate: float) -> Any:
@@ -93,10 +97,12 @@ def slow_board(seconds_per_candidate: float) -> Any:
 
 def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Namespace, overlap: str = "on",
             board: Any = None, effort: str = "returns", proposal_batches: int = 4,
-            min_return: float = DEFAULT_MIN_RETURN, candidate_link: str = "driver") -> dict[str, Any]:
+            min_return: float = DEFAULT_MIN_RETURN, candidate_link: str = "driver",
+            start_iterations: int = DEFAULT_START_ITERATIONS) -> dict[str, Any]:
     """One tune; ``board``: a TrackerBoard (``--board tracker``), None for the embedded board."""
     from edgetune.builder.builds import BUILT
     from edgetune.costmodel.surrogate import RandomForestModel
+    from edgetune.search import effort as search_effort
     from edgetune.search import strategy
     from edgetune.profile import load_profile
     from edgetune.tuning import TuneOptions, TuningPipeline, run_tune
@@ -111,7 +117,8 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     out_dir = args.out / (f"{model.replace(':', '_').replace('@', '_')}-{per_task}pt-seed{seed}-cache-{cache}"
                           f"-overlap-{overlap}-{args.board}-sleep{args.board_sleep:g}-effort-{effort}-proposals{proposal_batches}"
                           + (f"-return{min_return:g}" if min_return != DEFAULT_MIN_RETURN else "")
-                          + (f"-link-{candidate_link}" if candidate_link != "driver" else ""))
+                          + (f"-link-{candidate_link}" if candidate_link != "driver" else "")
+                          + (f"-start{start_iterations}" if start_iterations != DEFAULT_START_ITERATIONS else ""))
     probe = TuningPipeline(TuneOptions(profile=profile, model=model, out_dir=out_dir))
     n_tasks = len(probe.extract_tasks(profile.tvm_target(), probe.check_inputs()[1]))
     components = Components(
@@ -122,6 +129,7 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
     BUILT.clear()  # this row builds every candidate itself, as a new process would
     load_before = os.getloadavg()[0]
     product, strategy.MAX_PROPOSAL_BATCHES = strategy.MAX_PROPOSAL_BATCHES, proposal_batches
+    search_effort.START_ITERATIONS = start_iterations
     try:
         started = time.monotonic()
         summary = run_tune(TuneOptions(profile=profile, model=model, out_dir=out_dir, trials=per_task * n_tasks,
@@ -129,11 +137,13 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
         wall = time.monotonic() - started
     finally:
         strategy.MAX_PROPOSAL_BATCHES = product
+        search_effort.START_ITERATIONS = DEFAULT_START_ITERATIONS
     host = summary.host_time or {}
     measured = host.get("measured_trials") or 0
     return {
         "model": model, "per_task": per_task, "seed": seed, "feature_cache": cache, "overlap": overlap, "effort": effort,
         "proposal_batches": proposal_batches, "min_return": min_return, "candidate_link": candidate_link,
+        "start_iterations": start_iterations,
         "board": args.board, "board_sleep": args.board_sleep, "tasks": n_tasks,
         "wall_s": wall, "tuning_wall_s": summary.seconds.tuning_wall, "device_s": summary.seconds.device,
         "measured": measured, "host_time": host,
@@ -146,15 +156,15 @@ def run_row(model: str, per_task: int, seed: int, cache: str, args: argparse.Nam
 def _variant(row: dict[str, Any]) -> tuple[Any, ...]:
     """What a row compares (rows written before the overlap existed ran it off, on the embedded board; before the
     proposal batches, one batch per round; before the minimum return was varied, the product's; before the direct
-    link, through the driver)."""
+    link, through the driver; before the start depth was varied, MetaSchedule's 4)."""
     return (row["model"], row["per_task"], row["feature_cache"], row.get("overlap", "off"), row.get("board", "embedded"),
             row.get("board_sleep", 0.0), row.get("effort", "fixed"), row.get("proposal_batches", 1),
-            row.get("min_return", DEFAULT_MIN_RETURN), row.get("candidate_link", "driver"))
+            row.get("min_return", DEFAULT_MIN_RETURN), row.get("candidate_link", "driver"), row.get("start_iterations", 4))
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | proposal batches | min return | candidate link | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | per task | feature cache | overlap | board (s added per candidate) | search effort | proposal batches | min return | candidate link | start depth | seeds | host s / measured trial (median, min-max) | search | of it ahead | features | cost model | build | builds awaited beside the search | board | other | kernels ms (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted({_variant(r) for r in rows}):
         group = [r for r in rows if _variant(r) == key and r["host_s_per_trial"]]
         if not group:
@@ -167,7 +177,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
         kernels = [r["kernels_ms"] for r in group if r["kernels_ms"]]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {key[7]} | {key[8]:g} | {key[9]} | {len(group)} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} ({key[5]:g}) | {key[6]} | {key[7]} | {key[8]:g} | {key[9]} | {key[10]} | {len(group)} | "
             f"{statistics.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) | "
             + " | ".join(part(n) for n in ("search", "ahead", "features", "cost_model", "build", "build_beside", "board", "other"))
             + (f" | {statistics.median(kernels):.3f} |" if kernels else " | - |")
@@ -216,6 +226,9 @@ def main() -> int:
                              f"({DEFAULT_MIN_RETURN:g}: the product's)")
     parser.add_argument("--candidate-link", nargs="+", choices=("direct", "driver"), default=["driver"],
                         help="build.candidate_link: the driver (g++, the product's) or the compiler's own ld (direct)")
+    parser.add_argument("--start-iterations", type=int, nargs="+", default=[DEFAULT_START_ITERATIONS],
+                        help=f"the depth a task class's first ranked round of evolution starts at "
+                             f"({DEFAULT_START_ITERATIONS}: the product's; 4: MetaSchedule's)")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))
@@ -228,19 +241,19 @@ def main() -> int:
         # a first tune in a process pays its imports and thread pools: a throwaway one, so that no row does
         warm = argparse.Namespace(**{**vars(args), "out": args.out / "warm-up"})
         run_row(args.models[0], 1, 0, "on", warm, board=board)
-        variants = [(cache, overlap, effort, batches, ret, link) for cache in args.cache for overlap in args.overlap
-                    for effort in args.effort for batches in args.proposal_batches for ret in args.min_return
-                    for link in args.candidate_link]
+        variants = [(cache, overlap, effort, batches, ret, link, start) for cache in args.cache
+                    for overlap in args.overlap for effort in args.effort for batches in args.proposal_batches
+                    for ret in args.min_return for link in args.candidate_link for start in args.start_iterations]
         for index, seed in enumerate(args.seeds):
             for model in args.models:
                 # side by side: the same seed's rows one after the other, the order alternating with the seed
-                for cache, overlap, effort, batches, ret, link in variants if index % 2 == 0 else variants[::-1]:
+                for cache, overlap, effort, batches, ret, link, start in variants if index % 2 == 0 else variants[::-1]:
                     key = (model, args.per_task, cache, overlap, args.board, args.board_sleep, effort, batches, ret, link,
-                           seed)
+                           start, seed)
                     if key in done:
                         continue
                     time.sleep(2.0)
-                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort, batches, ret, link)
+                    row = run_row(model, args.per_task, seed, cache, args, overlap, board, effort, batches, ret, link, start)
                     rows.append(row)
                     rows_path.parent.mkdir(parents=True, exist_ok=True)
                     rows_path.write_text(json.dumps(rows, indent=1))

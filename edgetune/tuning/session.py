@@ -31,6 +31,7 @@ from ..measure.runner import TrackerRunner
 from ..search import make_cost_model as _cost_model_named
 from ..search import make_search_strategy as _strategy_named
 from ..search import make_task_scheduler as _scheduler_named
+from ..search import effort as search_effort
 from ..search.effort import EffortSizer
 from ..search.factory import auto_population
 from ..search.spaces import with_task_spaces
@@ -124,7 +125,7 @@ def make_effort_sizer(run: RunSettings, plan: TaskPlan) -> EffortSizer | None:
     # predicts a better top (5-10% per doubling on a transformer's tasks), at twice the search's host time
     # the floor keeps the population's return measurable: it reads halves of the first sample, each at least a batch
     return EffortSizer(population, min_population=min(population, max(16, 4 * plan.per_iter)), max_population=population,
-                       min_return=tuning.search_min_return)
+                       min_return=tuning.search_min_return, start_iterations=search_effort.START_ITERATIONS)
 
 
 def make_seed_provider(history: TuningHistory, target: Target, library: LibraryChoice | None) -> SeedProvider:

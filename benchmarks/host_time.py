@@ -16,7 +16,7 @@ evolutionary iteration must buy to be run again (``--min-return``:
 linked (``--candidate-link``: ``build.candidate_link``, ``driver`` in the product, through
 ``g++``; ``direct``, the compiler's own ld) and the depth a task class's first ranked round
 of evolution starts at (``--start-iterations``: ``edgetune.search.effort.START_ITERATIONS``,
-2 in the product; 4, MetaSchedule's, before). Every row starts with
+4 in the product, MetaSchedule's; 2 was compared). Every row starts with
 the process's builds forgotten (``BUILT.clear()``), so no row reuses an artifact an
 earlier row built, as a new ``edgetune tune`` process would not. The summary's ``host_time``
 section says where the wall clock went: the search (``ahead``: of it, what the
@@ -228,7 +228,7 @@ def main() -> int:
                         help="build.candidate_link: the driver (g++, the product's) or the compiler's own ld (direct)")
     parser.add_argument("--start-iterations", type=int, nargs="+", default=[DEFAULT_START_ITERATIONS],
                         help=f"the depth a task class's first ranked round of evolution starts at "
-                             f"({DEFAULT_START_ITERATIONS}: the product's; 4: MetaSchedule's)")
+                             f"({DEFAULT_START_ITERATIONS}: the product's, MetaSchedule's)")
     parser.add_argument("--schedules", default="off", help="tuning.schedules (off: the search does all the work)")
     parser.add_argument("--profile", default="host")
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/host_time"))

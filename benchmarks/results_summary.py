@@ -159,7 +159,8 @@ def load_rows(source: Source, per_task: int | None, measure: str = "ratio", only
     if measure == "host":  # the product's defaults, not the variants compared against them
         rows = [r for r in rows if str(r.get("feature_cache", "on")) != "off" and str(r.get("overlap", "on")) != "off"
                 and str(r.get("effort", "returns")) != "fixed" and int(r.get("proposal_batches", 4)) == 4
-                and float(r.get("min_return", 0.02)) == 0.02 and str(r.get("candidate_link", "driver")) == "driver"]
+                and float(r.get("min_return", 0.02)) == 0.02 and str(r.get("candidate_link", "driver")) == "driver"
+                and int(r.get("start_iterations", 4)) == 4]
     if per_task is not None:
         rows = [r for r in rows if r.get("per_task") == per_task]
     if not rows:

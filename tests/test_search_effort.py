@@ -41,7 +41,9 @@ def test_a_populations_return_is_what_its_last_doubling_bought() -> None:
 def test_the_depth_stops_at_the_first_iteration_that_does_not_pay_and_grows_while_all_pay() -> None:
     sizer = EffortSizer(64, min_return=0.02, smoothing=1.0)
     start = sizer.effort("conv")
-    assert start == Effort(64, 2)  # two iterations (START_ITERATIONS, not MetaSchedule's 4), the batch's population
+    assert start == Effort(64, 4)  # MetaSchedule's depth, the batch's population
+    assert EffortSizer(64, start_iterations=2).effort("conv") == Effort(64, 2)  # benchmarks/host_time.py --start-iterations
+    start = Effort(64, 2)  # the rule below, from a class started at two iterations
     # the second iteration returned nothing: the next round runs it once more (to see if it pays again), no deeper
     assert sizer.observe("conv", start, RoundReturns((0.3, 0.001), None)).iterations == 2
     # the first iteration returned nothing: one iteration, still measured
@@ -55,7 +57,7 @@ def test_the_depth_stops_at_the_first_iteration_that_does_not_pay_and_grows_whil
     assert deeper.iterations == 5
     assert sizer.observe("dense", deeper, RoundReturns((0.3, 0.1, 0.05, 0.04, 0.03), None)).iterations == 6
     # classes are apart; a round with nothing observed leaves its class as it was
-    assert sizer.effort("other") == start
+    assert sizer.effort("other") == Effort(64, 4)
     assert sizer.observe("conv", Effort(64, 2), None).iterations == 2
 
 
@@ -70,18 +72,18 @@ def test_the_population_halves_where_it_returns_little_and_stays_within_its_boun
     assert sizer.observe("pool", Effort(64, 1), RoundReturns((0.0,), 0.5)).population == 64
     report = sizer.to_dict()["classes"]["pool"]
     assert report["rounds"] == 1 and report["rounds_observed"] == 5 and report["population"] == 64
-    assert report["programs_evaluated"] == 64 * 3  # the one round handed out: population x (iterations + 1)
+    assert report["programs_evaluated"] == 64 * 5  # the one round handed out: population x (iterations + 1)
 
 
 def test_before_the_cost_model_ranks_a_round_is_the_initial_sample_alone() -> None:
     sizer = EffortSizer(64, min_population=16, smoothing=1.0)
     # the forest's warm-up: its scores are random, so evolving them is a walk that buys nothing
     assert sizer.effort("conv", ranking=False) == Effort(16, 0) == sizer.warmup
-    assert sizer.observe("conv", Effort(16, 0), None) == Effort(64, 2)  # nothing observed: the class keeps its effort
-    assert sizer.effort("conv", ranking=True) == Effort(64, 2)  # once it ranks, the class's own effort
+    assert sizer.observe("conv", Effort(16, 0), None) == Effort(64, 4)  # nothing observed: the class keeps its effort
+    assert sizer.effort("conv", ranking=True) == Effort(64, 4)  # once it ranks, the class's own effort
     report = sizer.to_dict()["classes"]["conv"]
     assert report["rounds"] == 2 and report["warmup_rounds"] == 1 and report["rounds_observed"] == 0
-    assert report["programs_evaluated"] == 16 + 64 * 3
+    assert report["programs_evaluated"] == 16 + 64 * 5
     assert EffortSizer(8, min_population=8).warmup == Effort(8, 0)  # never above the batch's own population
 
 
@@ -137,9 +139,9 @@ def test_a_tune_sizes_each_round_by_its_returns_and_measures_every_trial(tmp_pat
     assert effort["iterations"] == 1 and effort["population"] == 16, effort
     # before that its scores are random: the first batches are the initial sample alone, at the smallest population
     assert effort["warmup_rounds"] >= 1 and made[0] == Effort(16, 0), (effort, made)
-    # then the class's effort: the batch's population at the start depth (2), cut by the returns
-    assert Effort(32, 2) in made and Effort(16, 1) in made, made  # MetaSchedule's search made at each effort
-    assert summary.search.effort["start"] == {"population": 32, "iterations": 2}
+    # then the class's effort: the batch's population at MetaSchedule's depth, cut by the returns
+    assert Effort(32, 4) in made and Effort(16, 1) in made, made  # MetaSchedule's search made at each effort
+    assert summary.search.effort["start"] == {"population": 32, "iterations": 4}
     assert summary.search.population_size == 32
 
 

@@ -31,14 +31,10 @@ deeper (up to ``max_iterations``). The population doubles while one more
 population's worth of programs (``P`` predictions) bought by doubling returns at
 least ``min_return``, and halves when it returns under half of it (within
 ``min_population`` and ``max_population``). A class starts at the batch's
-automatic population and :data:`START_ITERATIONS` (2) iterations, not
-MetaSchedule's 4: in 655 class histories of ``benchmarks/host_time.py`` the
-third iteration's smoothed return at the end of the tune (for a class that never
-went that deep again, its first ranked round's) was ``min_return`` or more in 4%
-of them and the fourth's in 0.2%, and a class whose first two iterations both
-pay goes one deeper on its next round anyway. The deeper start cost each
-class's first ranked round twice the programs (64 x 5 against 64 x 3), and on
-a small tune that round is much of the search.
+automatic population and MetaSchedule's depth (:data:`START_ITERATIONS`, 4). A
+start at 2 evaluated 18-34% fewer programs but saved no host time per trial on
+a 2-core Zen 3, where the builds, not the search, hold the wall clock, and its
+kernels came out worse (RESULTS ``host_time_start_depth``).
 
 Before the cost model ranks anything (the random forest's warm-up, its first
 measurements) its scores are random numbers, so evolving a population against
@@ -66,7 +62,7 @@ import numpy as np
 #: MetaSchedule's ``genetic_num_iters`` (``search_effort = "fixed"`` keeps it)
 DEFAULT_ITERATIONS = 4
 #: the depth a class's first ranked round starts at (see the module docstring)
-START_ITERATIONS = 2
+START_ITERATIONS = DEFAULT_ITERATIONS
 #: random halves of the first iteration's sample averaged for the population's return
 HALVES = 8
 

@@ -282,4 +282,7 @@ class EffortSizer:
             }
 
 
-__all__ = ["DEFAULT_ITERATIONS", "START_ITERATIONS", "ClassReturns", "Effort", "EffortSizer", "RoundReturns", "relative_gain", "round_returns", "top_mean"]
+__all__ = [
+    "DEFAULT_ITERATIONS", "START_ITERATIONS", "ClassReturns", "Effort", "EffortSizer", "RoundReturns", "relative_gain",
+    "round_returns", "top_mean",
+]

@@ -33,8 +33,8 @@ least ``min_return``, and halves when it returns under half of it (within
 ``min_population`` and ``max_population``). A class starts at the batch's
 automatic population and MetaSchedule's depth (:data:`START_ITERATIONS`, 4). A
 start at 2 evaluated 18-34% fewer programs but saved no host time per trial on
-a 2-core Zen 3, where the builds, not the search, hold the wall clock, and its
-kernels came out worse (RESULTS ``host_time_start_depth``).
+a 2-core Zen 3, whose cores are CPU-bound and spend about half of it on builds,
+and its kernels came out worse (RESULTS ``host_time_start_depth``, ``host_cpu``).
 
 Before the cost model ranks anything (the random forest's warm-up, its first
 measurements) its scores are random numbers, so evolving a population against

@@ -47,8 +47,10 @@ def test_board_dies_with_a_parent_killed_by_sigkill(tmp_path):
         pgids = [int(word) for word in line.split()]
         assert len(pgids) == 2, f"starter printed {line!r}"
         members = _live_members(pgids)
-        assert any("tvm.exec.rpc_tracker" in m for m in members), members
+        assert any("edgetune.board.tracker_server" in m for m in members), members
         assert any("edgetune.board.rpc_server" in m for m in members), members
+        # both serve TVM's code in the process started: no popen worker importing TVM (and torch) a second time
+        assert not any("popen_worker" in m for m in members), members
 
         starter.kill()
         starter.wait(timeout=10)
@@ -72,3 +74,20 @@ def test_orphan_guard_rejects_a_missing_parent_pid():
     )
     assert result.returncode != 0
     assert "usage: python -m edgetune.board.orphan_guard PARENT_PID MODULE" in result.stderr
+
+
+def test_tracker_server_on_a_taken_port_exits_with_one_line():
+    """The loopback board tries another port when its tracker cannot bind: that needs an exit, not a hang."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "edgetune.board.tracker_server", "--port", str(port), "--port-end", str(port + 1)],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert result.returncode == 1, result
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"edgetune tracker: cannot listen on 127.0.0.1 in ports [{port}, {port + 1})"), line

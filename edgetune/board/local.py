@@ -4,8 +4,9 @@ This is the embedded default of ``edgetune tune``: with no ``--tracker`` given,
 edgetune starts both here, measures through them exactly as through a real
 board, and stops them at exit. Both listen on 127.0.0.1 only (TVM's RPC is
 unauthenticated). Each runs in its own session (process group), and is stopped
-by signalling the whole group: killing only the parent would leave TVM's
-``popen_worker`` children behind. Both run under ``orphan_guard``, which
+by signalling the whole group: killing only the parent would leave the server's
+per-session children behind. Both serve TVM's own code in the process started
+(``tracker_server``, ``rpc_server``), not in a popen worker that imports TVM again. Both run under ``orphan_guard``, which
 kills the group if edgetune dies without stopping them (``kill -9``).
 """
 
@@ -131,7 +132,7 @@ class LocalBoard:
             port = port or free_port(LOOPBACK)
             # --port-end port+1: never let TVM silently bind a different port
             process = self._spawn(
-                ["tvm.exec.rpc_tracker", "--host", LOOPBACK, "--port", str(port), "--port-end", str(port + 1)],
+                ["edgetune.board.tracker_server", "--host", LOOPBACK, "--port", str(port), "--port-end", str(port + 1)],
                 "tracker.log",
             )
             self._tracker = process

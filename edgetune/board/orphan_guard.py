@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
     parent_pid, module = int(argv[0]), argv[1]
     threading.Thread(target=watch_parent, args=(parent_pid,), name="edgetune-orphan-guard", daemon=True).start()
     sys.argv = [module, *argv[2:]]
-    if module.startswith(("tvm.exec.", "edgetune.board.rpc_server")):
+    if module.startswith(("tvm.exec.", "edgetune.board.rpc_server", "edgetune.board.tracker_server")):
         # tvm_ffi imports torch whenever it is installed (edgetune[torch]): 2-3 s and
         # 250 MB per process that a tracker or RPC server never uses
         sys.modules.setdefault("torch", None)  # type: ignore[arg-type]

@@ -81,8 +81,9 @@ class LocalBoard:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         atexit.register(self.stop)
         try:
-            self.address = self._start_tracker()
-            for _ in range(self.servers):
+            # the first server starts beside the tracker (each imports TVM, about 3 s) and waits for its port
+            self.address = self._start_tracker(with_server=True)
+            for _ in range(self.servers - 1):
                 self.add_server()
         except BaseException:
             self.stop()
@@ -127,7 +128,11 @@ class LocalBoard:
         self._tracker = None
         self._start_tracker(port=self.address.port)
 
-    def _start_tracker(self, port: int | None = None) -> TrackerAddress:
+    def _start_tracker(self, port: int | None = None, with_server: bool = False) -> TrackerAddress:
+        """Start the tracker (on ``port`` or a free one) and wait until it answers.
+
+        ``with_server``: the first RPC server is started at once beside it, and waited for until it registers.
+        """
         for _attempt in range(5 if port is None else 1):
             port = port or free_port(LOOPBACK)
             # --port-end port+1: never let TVM silently bind a different port
@@ -137,11 +142,17 @@ class LocalBoard:
             )
             self._tracker = process
             address = TrackerAddress(LOOPBACK, port, self.key)
+            server = self._spawn_server(address) if with_server else None
             # the summary is a non-empty dict once it answers; an exit during the wait
             # means the port raced away: try another one
             if wait_until(lambda: tracker_summary(address, timeout_sec=2), 30, process=process, retry_on=BoardError):
+                if server is not None:
+                    self._await_registration(address, server, before=0)
                 return address
             stop_group(process)
+            if server is not None:
+                stop_group(server)
+                self._servers.remove(server)
         raise BoardError(f"could not start a loopback RPC tracker; see {self.log_dir / 'tracker.log'}")
 
     def add_server(self) -> subprocess.Popen:
@@ -150,7 +161,13 @@ class LocalBoard:
             raise BoardError("the loopback board is not started")
         address = self.address
         before = device_counts(tracker_summary(address), self.key)[0]
-        log_name = "server.log" if not self._servers else f"server-{len(self._servers)}.log"
+        server = self._spawn_server(address)
+        self._await_registration(address, server, before)
+        return server
+
+    def _spawn_server(self, address: TrackerAddress) -> subprocess.Popen:
+        """One more RPC server process, registering with ``address`` once it answers (not waited for)."""
+        log_name = self._server_log(len(self._servers))
         port = free_port(LOOPBACK)
         env = {"TVM_NUM_THREADS": str(self.num_threads)} if self.num_threads else {}
         server = self._spawn(
@@ -171,12 +188,21 @@ class LocalBoard:
             env,
         )
         self._servers.append(server)
+        return server
+
+    @staticmethod
+    def _server_log(index: int) -> str:
+        return "server.log" if not index else f"server-{index}.log"
+
+    def _await_registration(self, address: TrackerAddress, server: subprocess.Popen, before: int) -> None:
+        """Wait until the tracker lists one more server under the key than ``before``; BoardError if it never does."""
+        log_name = self._server_log(self._servers.index(server))
 
         def registered() -> bool:
             return device_counts(tracker_summary(address), self.key)[0] > before
 
         if wait_until(registered, self.startup_timeout_sec, process=server, retry_on=BoardError):
-            return server
+            return
         if server.poll() is not None:
             raise BoardError(
                 f"the loopback RPC server exited with code {server.returncode}; see {self.log_dir / log_name}"

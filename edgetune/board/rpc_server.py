@@ -26,6 +26,8 @@ import socket
 from typing import Any, Callable
 
 logger = logging.getLogger("edgetune.board.rpc_server")
+#: how long a server waits for its tracker's port before TVM's own retries (every 5 s, for a minute) take over
+TRACKER_WAIT_SEC = 60.0
 
 
 def surviving(serving: Callable[..., None]) -> Callable[..., None]:
@@ -67,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     from tvm.rpc import server
 
+    from ..common.process import wait_for_port
+
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     server._serving = surviving(server._serving)  # pylint: disable=protected-access
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.tracker:
         host, port = args.tracker.rsplit(":", 1)
         tracker = (host, int(port))
+        # started beside its tracker (LocalBoard): TVM's first connection, refused, would retry only after 5 s
+        wait_for_port(host, int(port), TRACKER_WAIT_SEC, interval=0.05)
     state = server.PopenRPCServerState(
         args.host, args.port, args.port_end, False, tracker, args.key, None, args.custom_addr,
     )

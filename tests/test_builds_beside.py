@@ -139,3 +139,33 @@ def test_the_pool_is_sized_to_the_cores_this_process_may_use(monkeypatch, cores)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
     assert WarmBuilder().max_workers == cores
     assert WarmBuilder(max_workers=5).max_workers == 5  # build.workers overrides
+
+
+def test_workers_started_early_are_the_ones_the_builder_takes(monkeypatch) -> None:
+    """``start_workers_early`` (called as a run begins) warms a pool in the background; a builder started alike
+    waits for that pool and takes it instead of starting its own, and a second early start while one is idle
+    or warming starts nothing."""
+    from edgetune.builder import builder as builder_module
+
+    made: list[threading.Thread] = []
+    warm_pool = builder_module._warm_pool
+
+    def counting(*args):
+        made.append(threading.current_thread())
+        return warm_pool(*args)
+
+    monkeypatch.setattr(builder_module, "_warm_pool", counting)
+    settings = dict(max_workers=1, timeout_sec=17.25)  # settings no other test's builder uses: its own pool key
+    assert builder_module.start_workers_early(**settings) is True
+    assert builder_module.start_workers_early(**settings) is False  # warming already
+    with closing(WarmBuilder(**settings)) as builder:
+        builder.start()
+        assert builder._pool is not None
+        assert len(made) == 1 and made[0].name == "edgetune-build-workers", made  # the early pool, not a new one
+        [candidate] = _candidates(24, 1)
+        [result] = builder.build([BuilderInput(candidate.sch.mod, HOST)])
+        assert result.error_msg is None, result.error_msg
+    assert builder_module.start_workers_early(**settings) is False  # the closed builder left the pool idle
+    with closing(WarmBuilder(**settings)) as builder:
+        builder.start()
+    assert len(made) == 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -229,6 +230,8 @@ def _warm_up() -> None:
     import tvm.s_tir.transform  # noqa: F401
 
 
+logger = logging.getLogger(__name__)
+
 #: the started pool no builder uses now (at most one), by how it was started: a closed builder leaves its pool here
 #: and the next builder of the same settings takes it, its workers already warm
 _idle_pools: dict[tuple[Any, ...], PopenPoolExecutor] = {}
@@ -241,9 +244,65 @@ def _pool_key(max_workers: int, timeout_sec: float, max_uses: int) -> tuple[Any,
     return (max_workers, timeout_sec, max_uses, environment)
 
 
+#: pools being started in the background (:func:`start_workers_early`), by key: a builder started alike waits for it
+_warming: dict[tuple[Any, ...], threading.Thread] = {}
+
+#: a worker is replaced after this many builds (PopenPoolExecutor's maximum_process_uses)
+MAX_USES = 256
+
+
 def _take_idle_pool(key: tuple[Any, ...]) -> PopenPoolExecutor | None:
     with _idle_lock:
+        warming = _warming.get(key)
+    if warming is not None:
+        warming.join()  # started early: its workers are (nearly) warm
+    with _idle_lock:
         return _idle_pools.pop(key, None)
+
+
+def _warm_pool(max_workers: int, timeout_sec: float, max_uses: int) -> PopenPoolExecutor:
+    """A new pool whose workers have all imported TVM (one no-op round trip each, before timing starts)."""
+    pool = PopenPoolExecutor(
+        max_workers=max_workers, timeout=timeout_sec, initializer=_warm_up, maximum_process_uses=max_uses,
+    )
+    futures = [pool.submit(_warm_up) for _ in range(max_workers)]
+    for future in futures:
+        try:
+            future.result()
+        except Exception:  # a worker that failed warming up is replaced on first use
+            pass
+    return pool
+
+
+def start_workers_early(max_workers: int = 0, timeout_sec: float = 60.0, max_uses: int = MAX_USES) -> bool:
+    """Start the build workers a :class:`WarmBuilder` of these settings will take, in a background thread, now.
+
+    Each worker imports TVM (3-6 s of CPU); started at the beginning of a run, those imports overlap the
+    embedded board's start, the model's preparation and task extraction, instead of following them. The
+    pool is left idle for the builder (``WarmBuilder.start`` waits for it to be warm). False when a pool of
+    these settings is already idle or starting.
+    """
+    max_workers = max_workers or host_cores()
+    key = _pool_key(max_workers, timeout_sec, max_uses)
+
+    def warm() -> None:
+        try:
+            pool = _warm_pool(max_workers, timeout_sec, max_uses)
+        except Exception:  # the builder starts its own pool as before
+            logger.debug("starting build workers early failed", exc_info=True)
+            return
+        finally:
+            with _idle_lock:
+                _warming.pop(key, None)
+        _leave_idle_pool(key, pool)
+
+    with _idle_lock:
+        if key in _idle_pools or key in _warming:
+            return False
+        thread = threading.Thread(target=warm, name="edgetune-build-workers", daemon=True)
+        _warming[key] = thread
+    thread.start()
+    return True
 
 
 def _leave_idle_pool(key: tuple[Any, ...], pool: PopenPoolExecutor) -> None:
@@ -301,7 +360,7 @@ class WarmBuilder(PyBuilder):
         cross_compiler_flags: tuple[str, ...] = (),
         timeout_sec: float = 60.0,
         max_workers: int = 0,
-        max_uses: int = 256,
+        max_uses: int = MAX_USES,
         direct_link: bool = False,
         lookup_cached: Callable[[Any], str | None] | None = None,
         claims: Any = None,
@@ -337,19 +396,7 @@ class WarmBuilder(PyBuilder):
                 self._pool = _take_idle_pool(self._pool_key)
                 if self._pool is not None:
                     return  # a pool a closed builder left, its workers warm
-                self._pool = PopenPoolExecutor(
-                    max_workers=self.max_workers,
-                    timeout=self.timeout_sec,
-                    initializer=_warm_up,
-                    maximum_process_uses=self.max_uses,
-                )
-                # one no-op round trip per worker so imports happen before timing starts
-                futures = [self._pool.submit(_warm_up) for _ in range(self.max_workers)]
-                for future in futures:
-                    try:
-                        future.result()
-                    except Exception:  # a worker that failed warming up is replaced on first use
-                        pass
+                self._pool = _warm_pool(self.max_workers, self.timeout_sec, self.max_uses)
 
     def close(self, keep_workers: bool = True) -> None:
         """Its workers wait for the next builder of this process; ``keep_workers=False`` stops them instead.

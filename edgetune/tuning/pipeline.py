@@ -30,7 +30,7 @@ from ..common.run_dir import RunDir
 from ..errors import TuningInterrupted
 from ..history import open_history
 from ..measure.runner import TrackerRunner, timing_of
-from ..builder.builder import WarmBuilder
+from ..builder.builder import WarmBuilder, start_workers_early
 from ..schedules.use import LibraryChoice, choose_library
 from ..tasks import LoadedModel
 from .components import Components, CostModel, TuningHistory
@@ -114,6 +114,8 @@ class TuningPipeline:
         """Tune the model for the profile; return (and write) the run summary."""
         run = self.settings()
         target, model = check_inputs(run)
+        if run.components.builder is None:  # the build workers' imports overlap the board's start and the planning
+            start_workers_early(run.profile.build.workers, run.profile.build.timeout_sec)
         out_dir = Path(self.options.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         with ExitStack() as stack:

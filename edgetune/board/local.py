@@ -6,8 +6,9 @@ board, and stops them at exit. Both listen on 127.0.0.1 only (TVM's RPC is
 unauthenticated). Each runs in its own session (process group), and is stopped
 by signalling the whole group: killing only the parent would leave the server's
 per-session children behind. Both serve TVM's own code in the process started
-(``tracker_server``, ``rpc_server``), not in a popen worker that imports TVM again. Both run under ``orphan_guard``, which
-kills the group if edgetune dies without stopping them (``kill -9``).
+(``tracker_server``, ``rpc_server``), not in a popen worker that imports TVM
+again. Both run under ``orphan_guard``, which kills the group if edgetune dies
+without stopping them (``kill -9``).
 """
 
 from __future__ import annotations

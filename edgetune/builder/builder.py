@@ -286,15 +286,16 @@ def start_workers_early(max_workers: int = 0, timeout_sec: float = 60.0, max_use
     key = _pool_key(max_workers, timeout_sec, max_uses)
 
     def warm() -> None:
+        pool = None
         try:
             pool = _warm_pool(max_workers, timeout_sec, max_uses)
         except Exception:  # the builder starts its own pool as before
             logger.debug("starting build workers early failed", exc_info=True)
-            return
         finally:
+            if pool is not None:  # idle before it stops warming: a builder that finds neither would start another
+                _leave_idle_pool(key, pool)
             with _idle_lock:
                 _warming.pop(key, None)
-        _leave_idle_pool(key, pool)
 
     with _idle_lock:
         if key in _idle_pools or key in _warming:

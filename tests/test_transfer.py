@@ -163,7 +163,7 @@ def test_transferred_candidates_run_and_are_tuned_quality(tmp_path, loopback_boa
     default, *tuned = _fastest_side_by_side(mod, target, traces[:3])  # the default schedule, then the transferred two
     print("side by side (s):", default, tuned)
     # the better transferred schedule far faster, the other only faster: both are adapted from another shape, and a
-    # loaded CI run of 145ee48 timed them at 0.33 and 1.55 ms against the default's 2.02 (quiet runs: both 3-8x below)
+    # loaded CI run of 145ee48 timed them at 0.33 and 1.55 ms against the default's 2.02
     assert min(tuned) < default / 2 and max(tuned) < default, (default, tuned, batch, defaults)
 
 

@@ -49,14 +49,19 @@ def surviving(serving: Callable[..., None]) -> Callable[..., None]:
     return serve
 
 
+def add_listen_arguments(parser: argparse.ArgumentParser, port: int, port_end: int) -> None:
+    """``--host``, ``--port`` and ``--port-end``, as TVM's ``tvm.exec`` commands name them (the server's, the tracker's)."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    parser.add_argument("--port", type=int, default=port, help="first port to try")
+    parser.add_argument("--port-end", type=int, default=port_end, help="end of the ports to try (exclusive)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m edgetune.board.rpc_server",
         description="TVM's RPC server (the loopback board's), kept serving when a session's process dies.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    parser.add_argument("--port", type=int, default=9090, help="first port to try")
-    parser.add_argument("--port-end", type=int, default=9199, help="end of the ports to try (exclusive)")
+    add_listen_arguments(parser, port=9090, port_end=9199)
     parser.add_argument("--tracker", default="", help="HOST:PORT of the RPC tracker to register with")
     parser.add_argument("--key", default="", help="device key to register under")
     parser.add_argument("--custom-addr", default=None, help="address the tracker hands out for this server")

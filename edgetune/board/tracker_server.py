@@ -19,15 +19,15 @@ import argparse
 import logging
 import sys
 
+from .rpc_server import add_listen_arguments
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m edgetune.board.tracker_server",
         description="TVM's RPC tracker (the loopback board's), served in this process, not in a popen worker.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    parser.add_argument("--port", type=int, default=9190, help="first port to try")
-    parser.add_argument("--port-end", type=int, default=9199, help="end of the ports to try (exclusive)")
+    add_listen_arguments(parser, port=9190, port_end=9199)
     args = parser.parse_args(argv)
     if args.port_end <= args.port:
         parser.error(f"--port-end must be above --port, got {args.port_end} for --port {args.port} instead")

@@ -83,8 +83,9 @@ def test_cnns_block_their_depthwise_convolutions_clips_and_concats(spec: str, tr
         depthwise = [n for n in names if "depthwise_conv2d_NCHWc" in n]
         assert len(depthwise) >= 6 and all("maximum" in n and "minimum" in n for n in depthwise), names
     else:
-        # all, the classifier's 1000 channels in blocks of 8 (they are not blocks of 16)
-        assert entry.status == "applied" and "26 of 26 convolutions in NCHW16c, 1 with 8-channel" in entry.detail, entry
+        # all, the classifier's 1000 channels padded to 1008, 63 blocks of 16 (not 125 blocks of 8)
+        assert entry.status == "applied" and "26 of 26 convolutions in NCHW16c, 1 with output channels padded" in entry.detail, entry
+        assert "8-channel" not in entry.detail, entry
         assert not [n for n in names if "concat" in n and "layout_transform" in n], names
     # no clip left as a pass of its own over memory
     assert not [n for n in names if "maximum" in n and "conv2d" not in n], names

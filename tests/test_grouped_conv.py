@@ -298,3 +298,34 @@ def test_a_gate_in_another_block_than_the_tensor_it_scales_is_re_blocked_not_the
     relax.analysis.post_order_visit(blocked.mod["main"], visit)
     assert scaled == [[1, 6, 16, 16, 8]], scaled
     _matches_onnx_runtime(path, model, blocked)
+
+
+def test_output_channels_blocks_do_not_divide_are_padded_to_whole_blocks(tmp_path: Path) -> None:
+    """SqueezeNet's 1000-channel classifier under blocks of 16: its output is padded with zero weights to 1008 channels,
+    63 whole blocks (a few per cent more arithmetic for whole vectors), carried blocked through its bias, ReLU and
+    global average pool, and sliced to 1000 where it leaves the blocked layout. A 3x3 convolution reading a padded
+    output (520 -> 528) reads the sliced tensor. A share of padding above PAD_TO_BLOCK_MAX_SHARE (24 -> 32) keeps
+    the half blocks. Outputs match ONNX Runtime's."""
+    from edgetune.tasks.blocking import PAD_TO_BLOCK_MAX_SHARE
+
+    assert 8 / 520 <= PAD_TO_BLOCK_MAX_SHARE < 8 / 24
+    layers = ((3, 32, "stem", 1, 3, 2), (32, 520, "wide", 1, 1, 1), (520, 32, "narrow", 1, 3, 1),
+              (32, 24, "half", 1, 1, 1), (24, 1000, "classifier", 1, 1, 1))
+    path, model, blocked = _prepared(tmp_path, layers, "NCHW16c")
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHW16c"]
+    assert entry.status == "applied" and "5 of 5 convolutions in NCHW16c" in entry.detail, entry
+    assert "2 with output channels padded to whole blocks" in entry.detail, entry
+    assert not blocked.graph.unblocked
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
+
+    def conv_outputs(task) -> list[list[int]]:
+        func = task.dispatched[0]["main"]
+        return [[int(d) for d in param.ty.shape] for param in func.params]
+
+    shapes = [shape for t in tasks if "conv2d_NCHWc" in t.task_name for shape in conv_outputs(t)]
+    assert [1, 33, 16, 16, 16] in shapes and [1, 63, 16, 16, 16] in shapes, shapes  # 528 and 1008 channels
+    assert [1, 3, 16, 16, 8] in shapes, shapes  # 24 channels: 3 blocks of 8, not padded to 32
+    # the classifier's bias, ReLU and pool run on the padded blocks: no 1000-channel NCHW tensor is pooled
+    pools = [t for t in tasks if t.task_name.startswith("mean")]
+    assert pools and all([1, 63, 1, 1, 16] in conv_outputs(t) for t in pools), [conv_outputs(t) for t in pools]
+    _matches_onnx_runtime(path, model, blocked)

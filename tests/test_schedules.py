@@ -1009,9 +1009,10 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
     # then torchvision's SqueezeNet 1.1 as torch.onnx.export writes it, then its ShuffleNetV2, MobileNetV3-small and
     # EfficientNet-B0: the real exports' tasks the library lacked; then DenseNet-121's (torchvision's and Keras') three
     # heaviest convolutions and SqueezeNet 1.0's five, deepened at 96 from the library's own: build --heaviest --start-from;
-    # then the int8 zoo at 32: the KWS fixture, Keras MobileNet and MobileNetV2 int8)
+    # then the int8 zoo at 32: the KWS fixture, Keras MobileNet and MobileNetV2 int8; then the SqueezeNets' tasks
+    # the classifier's output channels padded to whole blocks changed, exports and demos)
     assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 32, 64, 128, 32, 32, 32, 32, 32, 32, 32, 32,
-                                                                                 32, 96, 96, 32, 32]
+                                                                                 32, 96, 96, 32, 32, 32, 32]
     assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224", "demo:transformer-bert@128",
             "demo:transformer@32", "demo:transformer-bert@32", "demo:resnet50@224",
             "demo:resnet18@128", "demo:mobilenetv2@128", "demo:mobilenetv1@128", "demo:squeezenet1.1@128",
@@ -1090,6 +1091,10 @@ def test_the_shipped_library_holds_torchvisions_squeezenets_as_torch_onnx_export
     for task in heaviest:
         workload = library.find(task.dispatched[0])
         cpus = {schedule.mcpu for schedule in workload.schedules}
+        if [1, 63, 13, 13, 16] in [[int(d) for d in p.ty.shape] for p in task.dispatched[0]["main"].params]:
+            # the 512 -> 1000 classifier, its output padded to 1008 channels (63 blocks of 16) since: built on a Zen 4
+            assert cpus == {"znver4"}, cpus
+            continue
         assert "rocketlake" in cpus, (task.task_name, cpus)
         assert workload.schedules_for(xeon)[0].mcpu == "rocketlake", task.task_name
         for zen in cpus - {"rocketlake"}:

@@ -34,7 +34,13 @@ steps, and :func:`lower_blocked` the fourth:
    to ``group_conv2d_NCHWc``.
 
 Every tensor's block is its channel count's: ``b`` where ``b`` divides it,
-else the half block (for ``b`` of 16). A convolution the blocked layout cannot
+else the half block (for ``b`` of 16). An ordinary convolution whose output
+channels ``b`` does not divide, by a few per cent of them at most
+(:data:`PAD_TO_BLOCK_MAX_SHARE`: SqueezeNet's 1000-channel classifier), writes
+them padded with zero weights to whole blocks instead (1008, 63 blocks of 16);
+the padded tensor stays blocked through the ops that act channel by channel
+after it (bias, activation, pools, the global average pool) and is sliced
+back where it leaves the blocked layout. A convolution the blocked layout cannot
 lower stays NCHW on its own, with layout transforms around it, and the rest of
 the graph stays blocked: one whose channels do not divide into blocks, and a
 grouped one whose groups are not whole blocks, nor whole half blocks (ResNeXt-50's
@@ -78,6 +84,13 @@ from .winograd import conv2d_winograd_nchwc, transform_weights, winograd_applies
 #: that transfer the blocked form started from its untuned loops and was 2.1x slower than NCHW
 #: (benchmarks/results/real-exports.md)
 
+#: an ordinary convolution whose output channels blocks do not divide has them padded with zero weights to whole
+#: blocks, where that adds at most this share of its arithmetic: the SqueezeNets' 512 -> 1000 classifier on 13x13 ran
+#: at 93-151 GFLOPS in blocks of 8 and 192-219 padded to 1,008 in blocks of 16 (AVX-512 Zen 4, 2 trials per task from
+#: the library; RESULTS ``pad_to_blocks``). Its padded channels are carried blocked through the elementwise ops, pools
+#: and global average pool that follow it, and sliced off where the tensor leaves the blocked layout
+PAD_TO_BLOCK_MAX_SHARE = 1 / 32
+
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
 _POOLS = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 _UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.nn.silu", "relax.nn.gelu",
@@ -111,9 +124,12 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any, *, grouped: bool 
             [relax.transform.ConvertLayout({"relax.nn.conv2d": layouts}), relax.transform.Normalize(), fold_constants()]
         )(mod)
         rest = tvm.IRModule(converted.functions, attrs=converted.attrs)
+        padded = 0
         for gvar, func in converted.functions_items():
             if isinstance(func, relax.Function):
-                rest[gvar] = _BlockRest(converted, block, grouped).visit_expr(func)
+                mutator = _BlockRest(converted, block, grouped)
+                rest[gvar] = mutator.visit_expr(func)
+                padded += mutator.padded_convolutions
         rest = tvm.transform.Sequential(
             [relax.transform.Normalize(), relax.transform.DeadCodeElimination(), fold_constants()]
         )(rest)
@@ -130,6 +146,8 @@ def block_channels(mod: tvm.IRModule, block: int, target: Any, *, grouped: bool 
         detail += f", {grouped} grouped with whole blocks per group"
     if half:
         detail += f", {half} with {block // 2}-channel blocks where {block} do not divide"
+    if padded:
+        detail += f", {padded} with output channels padded to whole blocks"
     if clips:
         detail += f", {clips} clip bounds as ops"
     if nhwc:
@@ -418,6 +436,9 @@ class _BlockRest(relax.PyExprMutator):
         self.blocked: dict[relax.Var, relax.Var] = {}
         # a blocked variable -> the tensor in another block it was re-blocked from (a convolution reads that one)
         self.reblocked: dict[relax.Var, relax.Var] = {}
+        # an NCHW variable -> the blocked tensor, padded to whole blocks, whose first ``channels`` channels it is
+        self.padded: dict[relax.Var, tuple[relax.Var, int]] = {}
+        self.padded_convolutions = 0
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if not isinstance(binding.var, relax.DataflowVar):
@@ -457,6 +478,14 @@ class _BlockRest(relax.PyExprMutator):
             var = self.builder_.emit(self._grouped_in_nchw(value), binding.var.name)
             self.set_var_remap(binding.var, var)
             return
+        padded = self._rewrite_padded(value)
+        if padded is not None:
+            blocked_expr, channels = padded
+            blocked = self.builder_.emit(blocked_expr)
+            var = self.builder_.emit(_unblock_channels(blocked, channels), binding.var.name)
+            self.padded[var] = (blocked, channels)
+            self.set_var_remap(binding.var, var)
+            return
         rewritten = self._rewrite(value)
         if rewritten is None:
             var = self.builder_.emit(value, binding.var.name)
@@ -465,6 +494,93 @@ class _BlockRest(relax.PyExprMutator):
             var = self.builder_.emit(_unblock(blocked), binding.var.name)
             self.blocked[var] = blocked
         self.set_var_remap(binding.var, var)
+
+    def _padded_channels(self, call: relax.Call) -> int | None:
+        """The whole blocks' channels an ordinary NCHW convolution's output is padded to, or None where it is not
+        (its output channels divide into blocks, its input's do not, or the padding would cost more than
+        :data:`PAD_TO_BLOCK_MAX_SHARE`)."""
+        attrs = call.attrs
+        data, weight = call.args
+        shape = _shape(data)
+        if (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW") or attrs.groups != 1:
+            return None
+        if attrs.out_layout not in ("", "NCHW") or shape is None or not isinstance(weight, tvm.ir.expr.Constant):
+            return None
+        if data not in self.blocked and self._block_for(shape[1]) is None:
+            return None
+        out_channels = int(weight.value.shape[0])
+        padded = -(-out_channels // self.block) * self.block
+        if padded == out_channels or padded - out_channels > out_channels * PAD_TO_BLOCK_MAX_SHARE:
+            return None
+        return padded
+
+    def _rewrite_padded(self, call: relax.Expr) -> tuple[relax.Expr, int] | None:
+        """``call`` on tensors padded to whole blocks, and its true channel count; None where it is no such op.
+
+        A convolution whose output channels blocks do not divide starts one (:meth:`_padded_channels`); the ops
+        that act channel by channel continue it: activations, a per-channel or scalar constant operand (padded with
+        zeros), a padded tensor of the same shape, pools and the global average pool. Any other reader reads the
+        sliced NCHW tensor.
+        """
+        if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+            return None
+        name = call.op.name
+        if name == "relax.nn.conv2d":
+            padded_channels = self._padded_channels(call)
+            if padded_channels is None:
+                return None
+            data, weight = call.args
+            w = weight.value.numpy()
+            out_channels, in_channels = w.shape[:2]
+            b_in = _lanes(self.blocked[data]) if data in self.blocked else self._block_for(in_channels)
+            w = np.concatenate([w, np.zeros((padded_channels - out_channels, *w.shape[1:]), w.dtype)])
+            attrs = call.attrs
+            self.padded_convolutions += 1
+            return relax.op.nn.conv2d(
+                self._in_blocks(data, b_in), relax.const(_oihw_blocked(w, b_in, self.block), weight.value.dtype),
+                strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation, groups=1,
+                data_layout=f"NCHW{b_in}c", kernel_layout=f"OIHW{b_in}i{self.block}o",
+                out_layout=f"NCHW{self.block}c", out_dtype=attrs.out_dtype,
+            ), out_channels
+        sources = [self.padded[arg] for arg in call.args if isinstance(arg, relax.Var) and arg in self.padded]
+        if not sources:
+            return None
+        blocked, channels = sources[0]
+        if name in _UNARY and call.args[0] in self.padded:
+            return relax.Call(call.op, [blocked, *call.args[1:]], call.attrs), channels
+        if name == "relax.mean" and call.args[0] in self.padded and self._is_spatial_mean(call):
+            return relax.op.mean(blocked, axis=[2, 3], keepdims=True), channels
+        if name in _POOLS and call.args[0] in self.padded and call.attrs.layout == "NCHW":
+            attrs = call.attrs
+            layout = f"NCHW{self.block}c"
+            common = dict(pool_size=attrs.pool_size, strides=attrs.strides, padding=attrs.padding,
+                          dilation=attrs.dilation, ceil_mode=attrs.ceil_mode, layout=layout, out_layout=layout)
+            if name == "relax.nn.max_pool2d":
+                return relax.op.nn.max_pool2d(blocked, **common), channels
+            return relax.op.nn.avg_pool2d(blocked, count_include_pad=attrs.count_include_pad, **common), channels
+        if name in _BINARY:
+            operands = [self._padded_operand(arg, blocked, channels) for arg in call.args[:2]]
+            if all(operand is not None for operand in operands):
+                return relax.Call(call.op, operands, call.attrs), channels
+        return None
+
+    def _padded_operand(self, arg: relax.Expr, blocked: relax.Var, channels: int) -> relax.Expr | None:
+        """``arg`` as an operand beside the padded ``blocked`` (``channels`` of it real): a padded tensor of its
+        shape, a scalar constant, or a per-channel constant padded with zeros and blocked; else None."""
+        if isinstance(arg, relax.Var) and arg in self.padded:
+            other, other_channels = self.padded[arg]
+            return other if other_channels == channels and _shape(other) == _shape(blocked) else None
+        shape = _shape(arg)
+        if not isinstance(arg, tvm.ir.expr.Constant) or shape is None:
+            return None
+        if all(d == 1 for d in shape):
+            return relax.const(arg.value.numpy().reshape(()), arg.value.dtype)
+        if len(shape) != 4 or shape[0] != 1 or shape[1] != channels or shape[2:] != [1, 1]:
+            return None
+        b = _lanes(blocked)
+        vector = arg.value.numpy().reshape(channels)
+        vector = np.concatenate([vector, np.zeros(_shape(blocked)[1] * b - channels, vector.dtype)])
+        return relax.const(np.ascontiguousarray(vector.reshape(1, -1, 1, 1, b)), arg.value.dtype)
 
     def _rewrite(self, call: relax.Expr) -> relax.Expr | None:
         """``call`` on blocked tensors, or None where it stays as it is."""
@@ -790,6 +906,12 @@ def _reblock(blocked: relax.Expr, b: int) -> relax.Expr:
 def _unblock(var: relax.Expr) -> relax.Expr:
     b = _lanes(var)
     return relax.op.layout_transform(var, index_map=lambda n, c, h, w, v: (n, c * b + v, h, w))
+
+
+def _unblock_channels(var: relax.Expr, channels: int) -> relax.Expr:
+    """A blocked tensor padded to whole blocks back in NCHW: its first ``channels`` channels (the transform and the
+    slice fuse into one kernel)."""
+    return relax.op.strided_slice(_unblock(var), axes=[1], begin=[0], end=[channels])
 
 
 def _maps_like(index_map: Any, arity: int, expected: Callable[..., tuple[int, ...]]) -> bool:

@@ -87,7 +87,7 @@ from .winograd import conv2d_winograd_nchwc, transform_weights, winograd_applies
 #: an ordinary convolution whose output channels blocks do not divide has them padded with zero weights to whole
 #: blocks, where that adds at most this share of its arithmetic: the SqueezeNets' 512 -> 1000 classifier on 13x13 ran
 #: at 93-151 GFLOPS in blocks of 8 and 192-219 padded to 1,008 in blocks of 16 (AVX-512 Zen 4, 2 trials per task from
-#: the library; RESULTS ``pad_to_blocks``). Its padded channels are carried blocked through the elementwise ops, pools
+#: the library; RESULTS ``real_exports_zen4_padded``). Its padded channels are carried blocked through the elementwise ops, pools
 #: and global average pool that follow it, and sliced off where the tensor leaves the blocked layout
 PAD_TO_BLOCK_MAX_SHARE = 1 / 32
 

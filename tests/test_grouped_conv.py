@@ -318,14 +318,14 @@ def test_output_channels_blocks_do_not_divide_are_padded_to_whole_blocks(tmp_pat
     assert not blocked.graph.unblocked
     tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
 
-    def conv_outputs(task) -> list[list[int]]:
+    def param_shapes(task) -> list[list[int]]:
         func = task.dispatched[0]["main"]
         return [[int(d) for d in param.ty.shape] for param in func.params]
 
-    shapes = [shape for t in tasks if "conv2d_NCHWc" in t.task_name for shape in conv_outputs(t)]
+    shapes = [shape for t in tasks if "conv2d_NCHWc" in t.task_name for shape in param_shapes(t)]
     assert [1, 33, 16, 16, 16] in shapes and [1, 63, 16, 16, 16] in shapes, shapes  # 528 and 1008 channels
     assert [1, 3, 16, 16, 8] in shapes, shapes  # 24 channels: 3 blocks of 8, not padded to 32
     # the classifier's bias, ReLU and pool run on the padded blocks: no 1000-channel NCHW tensor is pooled
     pools = [t for t in tasks if t.task_name.startswith("mean")]
-    assert pools and all([1, 63, 1, 1, 16] in conv_outputs(t) for t in pools), [conv_outputs(t) for t in pools]
+    assert pools and all([1, 63, 1, 1, 16] in param_shapes(t) for t in pools), [param_shapes(t) for t in pools]
     _matches_onnx_runtime(path, model, blocked)

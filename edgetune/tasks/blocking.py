@@ -551,13 +551,7 @@ class _BlockRest(relax.PyExprMutator):
         if name == "relax.mean" and call.args[0] in self.padded and self._is_spatial_mean(call):
             return relax.op.mean(blocked, axis=[2, 3], keepdims=True), channels
         if name in _POOLS and call.args[0] in self.padded and call.attrs.layout == "NCHW":
-            attrs = call.attrs
-            layout = f"NCHW{self.block}c"
-            common = dict(pool_size=attrs.pool_size, strides=attrs.strides, padding=attrs.padding,
-                          dilation=attrs.dilation, ceil_mode=attrs.ceil_mode, layout=layout, out_layout=layout)
-            if name == "relax.nn.max_pool2d":
-                return relax.op.nn.max_pool2d(blocked, **common), channels
-            return relax.op.nn.avg_pool2d(blocked, count_include_pad=attrs.count_include_pad, **common), channels
+            return self._pool(call, blocked), channels
         if name in _BINARY:
             operands = [self._padded_operand(arg, blocked, channels) for arg in call.args[:2]]
             if all(operand is not None for operand in operands):
@@ -596,7 +590,7 @@ class _BlockRest(relax.PyExprMutator):
         if name == "relax.nn.conv2d" and self._is_stem(call):
             return self._stem(call)
         if name in _POOLS and call.args[0] in self.blocked and call.attrs.layout == "NCHW":
-            return self._pool(call)
+            return self._pool(call, self.blocked[call.args[0]])
         if name == "relax.mean" and call.args[0] in self.blocked and self._is_spatial_mean(call):
             return relax.op.mean(self.blocked[call.args[0]], axis=[2, 3], keepdims=True)
         if name in _UNARY and call.args[0] in self.blocked:
@@ -853,10 +847,9 @@ class _BlockRest(relax.PyExprMutator):
             out_dtype=attrs.out_dtype,
         )
 
-    def _pool(self, call: relax.Call) -> relax.Expr:
-        """A max/average pooling of a blocked tensor, blocked (TOPI pools any ``NCHW{b}c``)."""
+    def _pool(self, call: relax.Call, data: relax.Expr) -> relax.Expr:
+        """A max/average pooling ``call`` of an NCHW tensor on ``data``, its blocked form (TOPI pools any ``NCHW{b}c``)."""
         attrs = call.attrs
-        data = self.blocked[call.args[0]]
         layout = f"NCHW{_lanes(data)}c"
         common = dict(pool_size=attrs.pool_size, strides=attrs.strides, padding=attrs.padding,
                       dilation=attrs.dilation, ceil_mode=attrs.ceil_mode, layout=layout, out_layout=layout)

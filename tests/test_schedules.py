@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -1010,9 +1011,10 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
     # EfficientNet-B0: the real exports' tasks the library lacked; then DenseNet-121's (torchvision's and Keras') three
     # heaviest convolutions and SqueezeNet 1.0's five, deepened at 96 from the library's own: build --heaviest --start-from;
     # then the int8 zoo at 32: the KWS fixture, Keras MobileNet and MobileNetV2 int8; then the SqueezeNets' tasks
-    # the classifier's output channels padded to whole blocks changed, exports and demos)
+    # the classifier's output channels padded to whole blocks changed, exports and demos; then the Winograd form of
+    # ResNet-18's and the SqueezeNets' 3x3 convolutions at 64: build --operator bgemm)
     assert [part["budget_per_workload"] for part in library.header["parts"]] == [64, 32, 64, 128, 32, 32, 32, 32, 32, 32, 32, 32,
-                                                                                 32, 96, 96, 32, 32, 32, 32]
+                                                                                 32, 96, 96, 32, 32, 32, 32, 64]
     assert {"demo:mobilenetv3-small@224", "demo:shufflenetv2@224", "demo:squeezenet1.0@224", "demo:transformer-bert@128",
             "demo:transformer@32", "demo:transformer-bert@32", "demo:resnet50@224",
             "demo:resnet18@128", "demo:mobilenetv2@128", "demo:mobilenetv1@128", "demo:squeezenet1.1@128",
@@ -1042,6 +1044,35 @@ def test_the_shipped_library_loads_is_small_and_covers_its_zoo() -> None:
         if spec in ("demo:squeezenet1.1@224", "demo:shufflenetv2@224"):  # completed by `build --missing-from`: every task
             missing = [t.task_name for t in tasks if library.find(t.dispatched[0]) is None]
             assert not missing, (spec, missing)
+
+
+def test_the_avx512_library_puts_the_3x3_convolutions_it_measured_faster_in_the_winograd_form() -> None:
+    """``tuning.winograd = "auto"`` with the shipped AVX-512 library on a Zen 4: ResNet-18's 56x56 and 28x28 3x3
+    convolutions take the Winograd form (the library's Winograd schedules of them ran 0.43 and 0.64 of its direct
+    ones), SqueezeNet's expands from 16 channels stay direct (its Winograd schedules of them were slower), and every
+    Winograd task of ResNet-18 starts from the library's own schedule of it."""
+    from edgetune.profile import load_profile
+    from edgetune.tasks import load_model, prepare_for_tuning
+    from edgetune.schedules.use import recipe_library
+    from edgetune.tasks.recipe import prepare_model, recipe_from_settings
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    tuning = load_profile("host").tuning
+    assert tuning.winograd == "auto"
+    recipe = recipe_from_settings(tuning, target, library=recipe_library(tuning, target))
+    shapes = recipe.switch("winograd")
+    assert {"1x4x56x56x16>1x4x56x56x16", "1x8x28x28x16>1x8x28x28x16"} <= set(shapes), shapes
+    assert "1x1x55x55x16>1x4x55x55x16" not in shapes and "1x1x54x54x16>1x4x54x54x16" not in shapes
+    prepared = prepare_model(load_model("demo:resnet18@224"), recipe, target)
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(prepared.mod, target), target)
+    winograd = [t for t in tasks if "winograd" in t.task_name]
+    # 4 in the first stage, 3 in the second (its first is strided); the 14x14 and 7x7 ones have too few tiles
+    assert sum(t.weight for t in winograd) == 7, [t.task_name for t in winograd]
+    library = choose_library(tuning.schedules, target).library
+    assert all(library.find(t.dispatched[0]) is not None for t in winograd)
+    # without the library, auto chooses nothing: the same model's convolutions stay direct
+    off = dataclasses.replace(tuning, schedules="off")
+    assert recipe_from_settings(off, target, library=recipe_library(off, target)).switch("winograd") is False
 
 
 def _tasks_and_heaviest(path: Path, target: "tvm.target.Target", count: int = 6) -> tuple[list, list]:

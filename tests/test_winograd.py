@@ -142,3 +142,102 @@ def test_a_winograd_task_is_searched_with_metaschedules_winograd_rules(resnet) -
     expected = _run_prim(mod, args, shapes[-1])
     got = _run_prim(sch.mod, args, shapes[-1])
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def _library_workload(mod: tvm.IRModule, latency_us: float, mcpu: str = "skylake-avx512"):
+    """``mod`` as a schedule library holds it, with one schedule measured at ``latency_us`` on ``mcpu``."""
+    import json
+
+    import tvm_ffi
+
+    from edgetune.schedules.library import LibrarySchedule, LibraryWorkload
+    from edgetune.tasks.flops import task_flops
+    from edgetune.tasks.signature import operator_signature
+
+    schedule = LibrarySchedule(trace_json=[], latency_us=latency_us, gflops=None, board="test", records=8,
+                               target_json=json.dumps({"kind": "llvm", "mcpu": mcpu}))
+    return LibraryWorkload(str(tvm_ffi.structural_hash(mod)), tvm.ir.save_json(mod), list(operator_signature(mod)),
+                           task_flops(mod), [schedule])
+
+
+def _shape_of(task) -> str:
+    from edgetune.search.transfer import buffer_shapes
+    from edgetune.tasks.winograd import shape_key
+
+    shapes = buffer_shapes(task.dispatched[0])
+    return shape_key(shapes[0], shapes[-1])
+
+
+def test_auto_takes_the_winograd_form_for_the_shapes_whose_library_schedules_beat_the_direct_ones(resnet, tmp_path) -> None:
+    """``tuning.winograd = "auto"``: a shape goes into the Winograd form where the library holds both forms of it and
+    the Winograd one ran at most WINOGRAD_MAX_SHARE of the direct one's latency; the recipe records the shapes."""
+    from types import SimpleNamespace
+
+    from edgetune.common.cpu_family import family_of
+    from edgetune.schedules.library import write_library
+    from edgetune.tasks.recipe import Recipe, prepare_model, recipe_from_settings
+    from edgetune.tasks.winograd import WINOGRAD_MAX_SHARE, winograd_wins
+
+    model, _prepared, tasks, target = resnet
+    winograd = {_shape_of(t): t for t in tasks[True] if "winograd" in t.task_name}
+    direct = {_shape_of(t): t for t in tasks[False] if "conv2d_NCHWc" in t.task_name}
+    shapes = sorted(set(winograd) & set(direct), key=lambda key: -int(key.split("x")[1]))  # the most channels first
+    assert len(shapes) >= 3, (sorted(winograd), sorted(direct))
+    faster, close, lone = shapes[:3]
+    workloads = [
+        _library_workload(winograd[faster].dispatched[0], 100.0), _library_workload(direct[faster].dispatched[0], 200.0),
+        # 0.95 of the direct form's: within the margin, stays direct
+        _library_workload(winograd[close].dispatched[0], 190.0), _library_workload(direct[close].dispatched[0], 200.0),
+        _library_workload(winograd[lone].dispatched[0], 10.0),  # no direct record to compare with: stays direct
+        # another CPU model's records do not decide where this one's measured both forms
+        _library_workload(winograd[close].dispatched[0], 50.0, mcpu="znver4"),
+    ]
+    assert WINOGRAD_MAX_SHARE < 0.95
+    assert winograd_wins(workloads, "skylake-avx512") == {faster: (100.0, 200.0)}
+    assert set(winograd_wins(workloads, "")) == {faster, close}  # across the family: the Zen 4 record counts
+
+    library = write_library(tmp_path / "lib.schedules.gz", {
+        "family": {"name": family_of(target).name}, "tvm_version": tvm.__version__, "top_k": 3}, workloads)
+    tuning = SimpleNamespace(conv_layout="NCHWc", graph_optimization="full", prepack_weights=False, fast_math=True,
+                             integer=True, block_grouped=True, winograd="auto", schedules=str(library))
+    from edgetune.schedules.use import recipe_library
+
+    recipe = recipe_from_settings(tuning, target, library=recipe_library(tuning, target))
+    assert recipe.switch("winograd") == (faster,)
+    assert "winograd 1 shape(s) from the library" in recipe.describe()
+    assert Recipe.from_json(recipe.to_json()).build_key() == recipe.build_key()  # the shapes survive the history
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(winograd_module, "MIN_TILES", 1)
+        built = prepare_model(model, recipe, target)
+        off = prepare_model(model, recipe_from_settings(tuning, target, library=None), target)
+    chosen = ms.relax_integration.extract_tasks(prepare_for_tuning(built.mod, target), target)
+    assert {_shape_of(t) for t in chosen if "winograd" in t.task_name} == {faster}
+    assert sum(t.weight for t in chosen if "winograd" in t.task_name) == sum(
+        t.weight for t in tasks[True] if "winograd" in t.task_name and _shape_of(t) == faster)
+    entry = next(p for p in built.graph.passes if p.name == "winograd")
+    assert entry.status == "applied" and entry.detail.startswith(
+        f"{sum(t.weight for t in chosen if 'winograd' in t.task_name)} 3x3 convolution(s) in the Winograd form"), entry
+    # no library: auto is off, and the report has no Winograd entry
+    assert off.recipe.switch("winograd") is False and not any(p.name == "winograd" for p in off.graph.passes)
+
+
+def test_the_winograd_setting_reads_old_profiles_booleans_and_on_off(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from edgetune.errors import ProfileError
+    from edgetune.profile import load_profile
+    from edgetune.tasks.recipe import resolve_winograd
+
+    base = (tmp_path / "base.toml")
+    for value, expected in (("true", "on"), ("false", "off"), ('"auto"', "auto"), ('"on"', "on")):
+        base.write_text(f'name = "w"\n[target]\nkind = "llvm"\n[tuning]\nwinograd = {value}\n')
+        assert load_profile(str(base)).tuning.winograd == expected
+    base.write_text('name = "w"\n[target]\nkind = "llvm"\n[tuning]\nwinograd = "yes"\n')
+    with pytest.raises(ProfileError, match="winograd"):
+        load_profile(str(base))
+    assert load_profile("host").tuning.winograd == "auto"
+    library = SimpleNamespace(workloads=[])
+    assert resolve_winograd("on", "NCHW16c", TARGET, None) is True
+    assert resolve_winograd("off", "NCHW16c", TARGET, library) is False
+    assert resolve_winograd("auto", "NCHW16c", TARGET, library) is False  # a library without Winograd schedules
+    assert resolve_winograd(True, "NCHW", TARGET, None) is True  # an old recipe's boolean, as recorded

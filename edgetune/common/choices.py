@@ -34,6 +34,9 @@ TRANSFERS = ("similar", "off")
 #: "NCHWc" blocks by the target's float32 vector lanes; "NCHW{4,8,16}c" fix the block (a model whose channel
 #: counts do not divide by the lanes, such as MobileNetV2's 24, blocks every layer at 8).
 CONV_LAYOUTS = ("auto", "as-is", "NHWC", "NCHWc", "NCHW4c", "NCHW8c", "NCHW16c")
+#: ``tuning.winograd``: 3x3 stride-1 convolutions in the Winograd form where the schedule library measured it faster
+#: (auto), everywhere it applies (on) or nowhere (off); a profile's ``true``/``false`` read as on/off
+WINOGRAD_MODES = ("auto", "on", "off")
 #: How much of ONNX Runtime's graph preparation runs before task extraction (see edgetune.tasks.graph):
 #: "full" folds batch norms and constants, "none" tunes the graph as the frontend imported it.
 GRAPH_OPTIMIZATIONS = ("full", "none")

@@ -48,13 +48,18 @@ def recipe_of_history(
 def infer_recipe(
     history: Any, model: LoadedModel, target: Any, tuning: TuningSettings, conv_layout: str | None
 ) -> tuple[Recipe, int]:
-    """The profile's recipe, with fast-math and the integer pass as the history's kernels say, marked inferred; and
-    how many kernels it tuned."""
-    asked = recipe_from_settings(tuning, target, conv_layout)
+    """The profile's recipe, with fast-math, the Winograd form and the integer pass as the history's kernels say,
+    marked inferred; and how many kernels it tuned."""
+    from ..schedules.use import recipe_library
+
+    asked = recipe_from_settings(tuning, target, conv_layout, recipe_library(tuning, target))
     candidates = [asked]
     if asked.fast_math:
         # a history tuned before the fast-math pass holds the exact kernels' records
         candidates.append(asked.with_switch("fast_math", False))
+    if asked.switch("winograd"):
+        # a history tuned before the Winograd form was chosen from the library holds the direct convolutions' records
+        candidates += [candidate.with_switch("winograd", False) for candidate in list(candidates)]
     if asked.switch("integer") and model.format in ("tflite", "onnx"):
         # a quantized model tuned before the integer pass (or with --no-integer) holds the float graph's records
         candidates += [candidate.with_switch("integer", False) for candidate in list(candidates)]

@@ -149,7 +149,9 @@ def source_from_model(
         if history is not None:
             recipe = recipe_of_history(history, db, loaded, target, profile.tuning, conv_layout, say)
         else:
-            recipe = recipe_from_settings(profile.tuning, target, conv_layout)
+            from ..schedules.use import recipe_library
+
+            recipe = recipe_from_settings(profile.tuning, target, conv_layout, recipe_library(profile.tuning, target))
         model = prepare_model(loaded, recipe, target)
         _check_passes(recipe, model.recipe, say)
         executable = compile_model(model.mod, target, history, prepack_weights=model.recipe.prepack_weights)

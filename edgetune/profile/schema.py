@@ -38,6 +38,7 @@ from edgetune.common.choices import (  # noqa: F401 - re-exported: the schema's 
     STOP_RULES,
     TASK_SCHEDULERS,
     TRANSFERS,
+    WINOGRAD_MODES,
 )
 
 #: The RPC device each target kind runs on; kinds not listed need an explicit ``rpc.device``.
@@ -108,8 +109,13 @@ def _number(*, above: float | None = None, at_least: float | None = None, defaul
     return _Spec(f"a number{bound}", convert, default, type=float)
 
 
-def _string(choices: tuple[str, ...] = (), default: Any = None) -> _Spec:
+def _string(choices: tuple[str, ...] = (), default: Any = None, booleans: tuple[str, str] | None = None) -> _Spec:
+    """A string among ``choices``; with ``booleans`` (the choices a ``true`` and a ``false`` mean), a key that was a
+    boolean before it had more values reads old profiles as it did."""
+
     def convert(value: Any) -> str:
+        if booleans is not None and isinstance(value, bool):
+            return booleans[0] if value else booleans[1]
         if not isinstance(value, str):
             raise _Mismatch
         if choices and value not in choices:
@@ -370,12 +376,14 @@ class TuningSettings:
         "MultiLevelTiling",
     )
     # blocked float32 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (edgetune/tasks/winograd.py): a quarter of the
-    # multiplies, between an input and an output transform; off: the direct convolution (conv2d_NCHWc)
-    winograd: bool = declare(
-        _boolean(), False,
+    # multiplies, between an input and an output transform; off: the direct convolution (conv2d_NCHWc). "auto": the
+    # shapes whose Winograd schedules in the schedule library beat its direct ones (resolved into the run's recipe)
+    winograd: str = declare(
+        _string(WINOGRAD_MODES, booleans=("on", "off")), "auto",
         flag="in a blocked convolution layout, compute 3x3 stride-1 float32 convolutions in the Winograd form F(4x4, "
-        "3x3): a quarter of the multiplies, their weights transformed once on the host; --no-winograd (default) keeps "
-        "the direct convolution",
+        "3x3), a quarter of the multiplies, their weights transformed once on the host: auto (default) where the "
+        "schedule library holds a Winograd schedule of the shape that beat its direct one, on wherever it applies "
+        "(each shape the library lacks starts from untuned code), off nowhere",
     )
     # where tasks start: "auto" (the schedule library shipped for the target's CPU family), "off", or a library file
     schedules: str = declare(

@@ -98,6 +98,14 @@ def choose_library(setting: str, target: Any) -> LibraryChoice:
     return _load_checked(choice, Path(setting).expanduser())
 
 
+def recipe_library(tuning: Any, target: Any) -> ScheduleLibrary | None:
+    """The library a run's recipe chooses from (:func:`~edgetune.tasks.recipe.recipe_from_settings`): the one
+    ``tuning.schedules`` names where ``tuning.winograd`` is ``auto``, else None (nothing to read it for)."""
+    if getattr(tuning, "winograd", "off") != "auto":
+        return None
+    return choose_library(tuning.schedules, target).library
+
+
 def _load_checked(choice: LibraryChoice, path: Path) -> LibraryChoice:
     try:
         library = load_library(path)

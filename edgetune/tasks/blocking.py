@@ -64,7 +64,7 @@ RegNetY-400MF went from 71 tasks to 57 and ran 0.885x its earlier build
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 import tvm
@@ -75,7 +75,7 @@ from tvm import relax, te, topi
 from .blocked_computes import depthwise_conv2d_nchwc, group_conv2d_nchwc
 from .fold import fold_constants
 from .relax_exprs import is_op as _is_op, static_shape as _shape
-from .winograd import conv2d_winograd_nchwc, transform_weights, winograd_applies
+from .winograd import WINOGRAD_FUNC, conv2d_winograd_nchwc, shape_key, transform_weights, winograd_applies
 
 #: ``grouped`` (``tuning.block_grouped``, on by default): grouped convolutions whose groups are whole blocks run as
 #: ``group_conv2d_NCHWc``; off, they stay NCHW between layout transforms. The blocked form is an ordinary blocked
@@ -332,10 +332,12 @@ def unblocked_convolutions(mod: tvm.IRModule, block: int) -> list[UnblockedConv]
     return found
 
 
-def lower_blocked(mod: tvm.IRModule, target: Any, winograd: bool = False) -> tvm.IRModule:
+def lower_blocked(mod: tvm.IRModule, target: Any, winograd: bool | Collection[str] = False) -> tvm.IRModule:
     """``mod``'s ops lowered, blocked convolutions to the blocked computes (:func:`_lower_conv2d`).
 
-    ``winograd`` (``tuning.winograd``): 3x3 stride-1 convolutions in the Winograd form (:mod:`.winograd`).
+    ``winograd`` (``tuning.winograd`` as a recipe records it): True puts every 3x3 stride-1 convolution that
+    :func:`~.winograd.winograd_applies` takes in the Winograd form (:mod:`.winograd`); a collection of shape keys
+    (:func:`~.winograd.shape_key`, what ``auto`` resolved to) only those of these shapes.
     """
 
     def lower(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -920,7 +922,7 @@ def _maps_like(index_map: Any, arity: int, expected: Callable[..., tuple[int, ..
     return True
 
 
-def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call, winograd: bool = False) -> relax.Expr:
+def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call, winograd: bool | Collection[str] = False) -> relax.Expr:
     """LegalizeOps for ``relax.nn.conv2d``: NCHW as Relax does it, blocked ones to the blocked computes."""
     attrs = call.attrs
     if attrs.data_layout == "NCHW":
@@ -941,7 +943,8 @@ def _lower_conv2d(bb: relax.BlockBuilder, call: relax.Call, winograd: bool = Fal
         )
     if winograd and isinstance(kernel, tvm.ir.expr.Constant) and winograd_applies(
             layout, attrs.kernel_layout, attrs.out_layout, kernel.value.shape, attrs.strides, attrs.dilation,
-            attrs.groups, out_dtype, _out_size(call)):
+            attrs.groups, out_dtype, _out_size(call)) and (
+            winograd is True or shape_key(_shape(data), _shape(call)) in winograd):
         return _lower_winograd(bb, data, kernel, attrs.padding)
     return bb.call_te(
         topi.nn.conv2d_NCHWc, data, kernel, attrs.strides, attrs.padding, attrs.dilation,
@@ -964,7 +967,7 @@ def _lower_winograd(bb: relax.BlockBuilder, data: relax.Expr, kernel: Any, paddi
     """A 3x3 stride-1 convolution in the Winograd form, its weights transformed here, once."""
     blocked = kernel.value.numpy()  # (O/o, I/i, 3, 3, i, o): the output's lanes are o
     call = bb.call_te(conv2d_winograd_nchwc, data, relax.const(transform_weights(blocked)), padding, blocked.shape[5],
-                      primfunc_name_hint="conv2d_winograd_NCHWc")
+                      primfunc_name_hint=WINOGRAD_FUNC)
     gvar = call.args[0]
     # the analysis finds a multi-stage function opaque, which would leave its bias and activation as kernels of their own
     bb.update_func(gvar, bb.get()[gvar].with_attr("op_pattern", OUT_ELEMWISE_FUSABLE))

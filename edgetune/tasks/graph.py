@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tvm
@@ -155,7 +155,7 @@ class GraphReport:
 
 def prepare_graph(
     model: Any, conv_layout: str = "auto", optimization: str = "full", target: Any = None, *, fast_math: bool = True,
-    integer: bool = True, block_grouped: bool = True, winograd: bool = False,
+    integer: bool = True, block_grouped: bool = True, winograd: bool | Sequence[str] = False,
 ) -> Any:
     """``model`` (a :class:`~edgetune.tasks.models.LoadedModel`) with its Relax module prepared; ``.graph`` says how.
 
@@ -165,7 +165,9 @@ def prepare_graph(
     leaves a quantized model in float between its dequantizes and quantizes, as the frontend imports it.
     ``block_grouped=False`` (``tuning.block_grouped = false``) leaves grouped convolutions in NCHW between layout
     transforms where a blocked layout could block them (:mod:`edgetune.tasks.blocking`). ``winograd=True``
-    (``tuning.winograd``) computes blocked 3x3 stride-1 convolutions in the Winograd form (:mod:`edgetune.tasks.winograd`).
+    (``tuning.winograd = "on"``) computes blocked 3x3 stride-1 convolutions in the Winograd form
+    (:mod:`edgetune.tasks.winograd`); a list of shape keys (what ``"auto"`` resolved to from the schedule library,
+    :func:`~edgetune.tasks.recipe.recipe_from_settings`) only the convolutions of those shapes.
     """
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r} instead")
@@ -214,12 +216,37 @@ def prepare_graph(
         report.unblocked = unblocked_convolutions(mod, block_of(conv_layout, target))
         try:
             with tvm.transform.PassContext(opt_level=3):
-                mod = lower_blocked(mod, target, winograd=winograd)
+                mod = lower_blocked(mod, target, winograd=winograd if isinstance(winograd, bool) else frozenset(winograd))
         except Exception as exc:  # noqa: BLE001 - as a pass that fails: the graph without the layout, and why
             plain = prepare_graph(model, "as-is", optimization, target, fast_math=fast_math, integer=integer)
             report.passes = [*plain.graph.passes, GraphPass(layout, "skipped", f"lowering: {_first_line(exc)}")]
             return dataclasses.replace(plain, graph=report)
+        entry = _winograd_entry(mod, winograd) if winograd else None
+        if entry is not None:  # only where a convolution took the form: a recipe's passes are then as without it
+            report.passes.append(entry)
     return dataclasses.replace(model, mod=mod, graph=report)
+
+
+def _winograd_entry(mod: tvm.IRModule, winograd: bool | Sequence[str]) -> GraphPass | None:
+    """How many convolutions the lowering put in the Winograd form, and why those (``tuning.winograd``)."""
+    from .winograd import WINOGRAD_FUNC
+
+    calls = []
+
+    def visit(expr: Any) -> None:
+        if (isinstance(expr, relax.Call) and expr.args and isinstance(expr.args[0], tvm.ir.GlobalVar)
+                and expr.args[0].name_hint.startswith(WINOGRAD_FUNC)):
+            calls.append(expr)
+
+    for _gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    count = len(calls)
+    why = ("every 3x3 stride-1 convolution with enough channels and tiles" if winograd is True
+           else f"the shapes whose library schedules beat the direct form's: {len(winograd)} in the library")
+    if not count:
+        return None
+    return GraphPass("winograd", "applied", f"{count} 3x3 convolution(s) in the Winograd form F(4x4, 3x3) ({why})")
 
 
 def _run_pass(

@@ -115,7 +115,8 @@ class Recipe:
             raise RecipeError(f"a recipe must have {', '.join(missing)}, got only {', '.join(sorted(data)) or 'nothing'} instead")
         try:
             passes = tuple(RecipePass(str(p["name"]), str(p["status"]), str(p.get("detail", ""))) for p in data.get("passes", ()))
-            switches = tuple(sorted(dict(data["switches"]).items()))
+            # JSON's lists back to tuples: a recipe's build key is hashed
+            switches = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in dict(data["switches"]).items()))
         except (TypeError, KeyError, ValueError, AttributeError) as error:
             raise RecipeError(f"a recipe's passes and switches must be objects, got {error!r} instead") from None
         known = {f.name for f in dataclasses.fields(cls)}
@@ -131,26 +132,53 @@ class Recipe:
 
 
 def _on_off(value: Any) -> str:
+    if isinstance(value, (tuple, list)):  # tuning.winograd resolved from the library: the shapes it names
+        return f"{len(value)} shape(s) from the library"
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
-def recipe_from_settings(tuning: TuningSettings, target: Any, conv_layout: str | None = None) -> Recipe:
+def recipe_from_settings(tuning: TuningSettings, target: Any, conv_layout: str | None = None, library: Any = None) -> Recipe:
     """The recipe a profile's ``tuning`` settings ask for on ``target`` (``conv_layout`` overrides its layout).
 
-    Only a tune (and a deploy without a history, which has no recipe to read) calls this.
+    Only a tune (and a deploy without a history, which has no recipe to read) calls this. ``library`` (a schedule
+    library, :mod:`edgetune.schedules`) is what ``tuning.winograd = "auto"`` chooses its shapes from: None, none.
     """
     import tvm
 
     asked = conv_layout or tuning.conv_layout
+    applied = resolve_conv_layout(asked, target)
+    # a switch without a profile key of its name keeps prepare_graph's default
+    switches = {name: getattr(tuning, name, default) for name, default in graph_switches().items()}
+    if "winograd" in switches:
+        switches["winograd"] = resolve_winograd(switches["winograd"], applied, target, library)
     return Recipe(
         conv_layout=asked,
-        conv_layout_applied=resolve_conv_layout(asked, target),
+        conv_layout_applied=applied,
         graph_optimization=tuning.graph_optimization,
         prepack_weights=prepacks_weights(tuning.prepack_weights, target),
-        # a switch without a profile key of its name keeps prepare_graph's default
-        switches=tuple(sorted((name, getattr(tuning, name, default)) for name, default in graph_switches().items())),
+        switches=tuple(sorted(switches.items())),
         tvm_version=tvm.__version__,
     )
+
+
+def resolve_winograd(setting: Any, conv_layout_applied: str, target: Any, library: Any) -> bool | tuple[str, ...]:
+    """``tuning.winograd`` as a recipe records it: ``on`` True, ``off`` False, ``auto`` the convolution shapes whose
+    Winograd schedules in ``library`` (the run's schedule library, or None) beat its direct ones, sorted; False where
+    there are none, the layout is not blocked or there is no library.
+
+    Recorded resolved, a recipe builds the same graph later whatever library is installed then.
+    """
+    if isinstance(setting, bool):
+        return setting
+    if setting != "auto":
+        return setting == "on"
+    from .graph import is_blocked
+    from .winograd import winograd_wins
+
+    if library is None or not is_blocked(conv_layout_applied):
+        return False
+    mcpu = str(target.attrs.get("mcpu", "") or "") if getattr(target, "attrs", None) is not None else ""
+    return tuple(sorted(winograd_wins(library.workloads, mcpu))) or False
 
 
 def prepare_model(model: LoadedModel, recipe: Recipe, target: Any) -> LoadedModel:
@@ -174,4 +202,7 @@ def prepare_model(model: LoadedModel, recipe: Recipe, target: Any) -> LoadedMode
     )
     passes = tuple(RecipePass(p.name, p.status, p.detail) for p in prepared.graph.passes)
     done = dataclasses.replace(recipe, passes=passes, tvm_version=recipe.tvm_version or tvm.__version__)
+    if isinstance(done.switch("winograd"), (tuple, list)) and not any(p.name == "winograd" for p in passes):
+        # the library's Winograd shapes are none of this model's: recorded as off, the graph it built
+        done = done.with_switch("winograd", False)
     return dataclasses.replace(prepared, recipe=done)

@@ -13,15 +13,17 @@ are. The transform's interpolation points are TVM's (``winograd_util``: Barabasz
 float32 the outputs differ from the direct convolution's by rounding only (about 1e-6 relative at F(4x4, 3x3)).
 
 :func:`~edgetune.tasks.blocking.lower_blocked` lowers a convolution this way where :func:`winograd_applies` says so
-(``tuning.winograd``). The setting is off by default: the schedule library holds no Winograd schedule, and from the
-untuned code 8 trials per task beat the direct form on ResNet-18's 40x40 convolutions in one run and lost in another
-(RESULTS ``winograd``).
+and ``tuning.winograd`` asks. ``on`` takes every such convolution; ``auto`` (the default) only the shapes that the
+schedule library holds a Winograd schedule of which ran at most :data:`WINOGRAD_MAX_SHARE` of the latency of the
+library's best direct schedule of the same convolution (:func:`winograd_wins`). From the untuned code, 8 trials per
+task beat the direct form on ResNet-18's 40x40 convolutions in one run and lost in another (RESULTS ``winograd``):
+the form pays where a tuned schedule of it is there to start from, and only then.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from tvm import te, topi
@@ -34,6 +36,12 @@ MIN_CHANNELS = 16
 #: larger ((m + 2)^2 / 9): each is used once per tile. On ResNet-18 at 160 (a Zen 4, 8 trials per task) the form beat
 #: the direct convolution at 40x40 outputs (100 tiles) and lost 2-4x at 10x10 and 5x5 (9 and 4 tiles)
 MIN_TILES = 36
+#: ``auto`` takes the Winograd form for a convolution shape where the library's best Winograd schedule of it ran at
+#: most this share of the latency of its best direct schedule: a margin over the two records' noise, so that the
+#: form replaces the direct one only where the library measured it clearly faster
+WINOGRAD_MAX_SHARE = 0.9
+#: the tasks of the form are named after this (``primfunc_name_hint``); its blocks, after TOPI's
+WINOGRAD_FUNC = "conv2d_winograd_NCHWc"
 _KERNEL_LAYOUT = re.compile(r"OIHW(\d+)i(\d+)o")
 _DATA_LAYOUT = re.compile(r"NCHW(\d+)c")
 
@@ -118,3 +126,43 @@ def conv2d_winograd_nchwc(data: te.Tensor, weights: te.Tensor, padding: Any, out
                                       c * out_lanes + v],
         name="conv2d_winograd_NCHWc",
     )
+
+
+def shape_key(data_shape: Any, out_shape: Any) -> str:
+    """A blocked 3x3 stride-1 convolution's shape as ``auto`` names it: its input and output tensors
+    (``NCHW{b}c``), ``1x4x56x56x16>1x4x56x56x16``; the channels are in them, and the padding in their sizes."""
+    return "x".join(str(int(d)) for d in data_shape) + ">" + "x".join(str(int(d)) for d in out_shape)
+
+
+def winograd_wins(workloads: Iterable[Any], mcpu: str = "") -> dict[str, tuple[float, float]]:
+    """The convolution shapes whose Winograd schedules in a library beat its direct ones: key -> (Winograd us, direct us).
+
+    ``workloads`` are a library's (:class:`~edgetune.schedules.library.LibraryWorkload`: ``signature``, ``shapes``,
+    ``flops``, ``schedules``). A shape is in the answer where the library holds both forms of it (any epilogue) and
+    the Winograd form's best latency is at most :data:`WINOGRAD_MAX_SHARE` of the direct form's. Latencies compare on
+    the CPU model ``mcpu`` where both forms were measured on it, else across the family. Only the direct workloads
+    doing a Winograd shape's arithmetic are read (their FLOPs), so a library of a thousand workloads costs little.
+    """
+    workloads = [w for w in workloads if w.schedules]
+    winograd = {}
+    for workload in workloads:
+        if "bgemm" in workload.signature and "data_pack" in workload.signature and len(workload.shapes) >= 3:
+            data, weights, out = workload.shapes[0], workload.shapes[1], workload.shapes[-1]
+            if len(data) == 5 and len(weights) == 4 and len(out) == 5:
+                flops = 2 * out[0] * out[2] * out[3] * weights[2] * weights[3] * 9  # the direct form's
+                winograd.setdefault(shape_key(data, out), []).append((workload, flops))
+    wins: dict[str, tuple[float, float]] = {}
+    for key, entries in winograd.items():
+        flops = entries[0][1]
+        direct = [w for w in workloads if "conv2d_NCHWc" in w.signature and abs(w.flops - flops) <= 0.02 * flops
+                  and len(w.shapes) >= 3 and len(w.shapes[1]) == 6 and tuple(w.shapes[1][2:4]) == (3, 3)
+                  and shape_key(w.shapes[0], w.shapes[-1]) == key]
+        if not direct:
+            continue
+        ours, theirs = [s for w, _f in entries for s in w.schedules], [s for w in direct for s in w.schedules]
+        if mcpu and any(s.mcpu == mcpu for s in ours) and any(s.mcpu == mcpu for s in theirs):
+            ours, theirs = [s for s in ours if s.mcpu == mcpu], [s for s in theirs if s.mcpu == mcpu]
+        best, direct_best = min(s.latency_us for s in ours), min(s.latency_us for s in theirs)
+        if best <= WINOGRAD_MAX_SHARE * direct_best:
+            wins[key] = (best, direct_best)
+    return wins

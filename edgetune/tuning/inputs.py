@@ -82,7 +82,11 @@ def check_inputs(run: RunSettings) -> tuple[Target, LoadedModel | None]:
     target = profile.tvm_target()
     model = load_model(run.options.model) if run.components.tasks is None else None
     # the run's recipe, decided here once: every build of this run's records prepares the model from it
-    return target, None if model is None else prepare_model(model, recipe_from_settings(profile.tuning, target), target)
+    if model is None:
+        return target, None
+    # tuning.winograd = "auto" chooses from the run's library (loaded once per run: the tasks read it again)
+    library = run.library(target).library if profile.tuning.winograd == "auto" else None
+    return target, prepare_model(model, recipe_from_settings(profile.tuning, target, library=library), target)
 
 
 def make_board(run: RunSettings, out_dir: Path, notify: Callable[[str], None]) -> Board:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tvm
 import tvm.s_tir.meta_schedule as ms
 from tvm import relax
@@ -29,9 +30,10 @@ LAYERS = ((3, 32, "stem", 1, 3, 2), (32, 32, "wide_groups", 2, 3, 1), (32, 32, "
           (32, 64, "pointwise", 1, 1, 1))
 
 
-def grouped_model(layers: tuple[tuple[int, int, str, int, int, int], ...] = LAYERS) -> bytes:
+def grouped_model(layers: tuple[tuple[int, int, str, int, int, int], ...] = LAYERS, pools: dict[str, str] | None = None) -> bytes:
     """By default stem 3->32, a grouped 3x3 conv of 2 groups (16 channels each), one of 8 groups (4 each), a 1x1 conv,
-    then a classifier; each convolution with a bias and a ReLU."""
+    then a classifier; each convolution with a bias and a ReLU. ``pools``: after the named layers, a 3x3 stride-2
+    pooling of that ONNX op (``MaxPool`` in ceil mode, as torchvision's SqueezeNet pools, or ``AveragePool``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -52,6 +54,11 @@ def grouped_model(layers: tuple[tuple[int, int, str, int, int, int], ...] = LAYE
     x = "input"
     for cin, cout, name, group, kernel, stride in layers:
         x = conv(x, cin, cout, name, group=group, kernel=kernel, stride=stride)
+        op = (pools or {}).get(name)
+        if op is not None:
+            ceil = {"ceil_mode": 1} if op == "MaxPool" else {}
+            nodes.append(helper.make_node(op, [x], [f"{name}_pool"], kernel_shape=[3, 3], strides=[2, 2], **ceil))
+            x = f"{name}_pool"
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"]))
     nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], axis=1))
     inits += [numpy_helper.from_array(rng.normal(0, 0.2, (10, layers[-1][1])).astype(np.float32), "fc_w"),
@@ -66,9 +73,9 @@ def grouped_model(layers: tuple[tuple[int, int, str, int, int, int], ...] = LAYE
     return model.SerializeToString()
 
 
-def _prepared(tmp_path: Path, layers=LAYERS, layout: str = "NCHW8c", **switches):
+def _prepared(tmp_path: Path, layers=LAYERS, layout: str = "NCHW8c", pools: dict[str, str] | None = None, **switches):
     path = tmp_path / "grouped.onnx"
-    path.write_bytes(grouped_model(layers))
+    path.write_bytes(grouped_model(layers, pools))
     model = load_model(str(path))
     return path, model, prepare_graph(model, layout, "full", TARGET, **switches)
 
@@ -328,4 +335,22 @@ def test_output_channels_blocks_do_not_divide_are_padded_to_whole_blocks(tmp_pat
     # the classifier's bias, ReLU and pool run on the padded blocks: no 1000-channel NCHW tensor is pooled
     pools = [t for t in tasks if t.task_name.startswith("mean")]
     assert pools and all([1, 63, 1, 1, 16] in param_shapes(t) for t in pools), [param_shapes(t) for t in pools]
+    _matches_onnx_runtime(path, model, blocked)
+
+
+@pytest.mark.parametrize("pool", ["MaxPool", "AveragePool"])
+def test_a_pooling_reads_a_tensor_padded_to_whole_blocks_as_it_is(tmp_path: Path, pool: str) -> None:
+    """A max pool (ceil mode, as SqueezeNet's) or an average pool after a convolution whose output is padded to whole
+    blocks (520 -> 528 channels) pools the 33 padded blocks, and the convolution after it reads the pooled tensor
+    sliced back to 520 channels. Outputs match ONNX Runtime's."""
+    layers = ((3, 32, "stem", 1, 3, 1), (32, 520, "wide", 1, 1, 1), (520, 32, "narrow", 1, 3, 1))
+    path, model, blocked = _prepared(tmp_path, layers, "NCHW16c", pools={"wide": pool})
+    (entry,) = [p for p in blocked.graph.passes if p.name == "layout-NCHW16c"]
+    assert "1 with output channels padded to whole blocks" in entry.detail, entry
+    tasks = ms.relax_integration.extract_tasks(prepare_for_tuning(blocked.mod, TARGET), TARGET)
+    pooled = [t for t in tasks if "pool" in t.task_name]
+    shapes = [[int(d) for d in param.ty.shape] for t in pooled for param in t.dispatched[0]["main"].params]
+    # 32x32 -> 16x16 in ceil mode (15x15 floor): the pool reads and writes the padded blocks
+    side = 16 if pool == "MaxPool" else 15
+    assert pooled and [1, 33, 32, 32, 16] in shapes and [1, 33, side, side, 16] in shapes, [t.task_name for t in tasks]
     _matches_onnx_runtime(path, model, blocked)

@@ -335,34 +335,13 @@ def write_library(
     return path
 
 
-#: libraries loaded in this process, by file and version of it: a tune reads its library twice (the recipe's
-#: Winograd shapes, then the tasks' schedules), and a 4 MB library takes seconds to read
-_LOADED: dict[tuple[str, int, int, int], ScheduleLibrary] = {}
-_LOADED_KEPT = 2
-
-
 def load_library(path: str | os.PathLike[str]) -> ScheduleLibrary:
-    """Read and check a library; anything wrong with the file is one :class:`LibraryError` line.
+    """Read and check a library; anything wrong with the file is one :class:`LibraryError` line."""
+    import tvm
 
-    The same file unchanged (path, inode, size, modification time) is read once per process; callers must not
-    change what it returns.
-    """
     path = Path(path)
     if not path.is_file():
         raise LibraryError(f"schedule library '{path}' not found")
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if key not in _LOADED:
-        library = _read_library(path)
-        while len(_LOADED) >= _LOADED_KEPT:
-            _LOADED.pop(next(iter(_LOADED)))
-        _LOADED[key] = library
-    return _LOADED[key]
-
-
-def _read_library(path: Path) -> ScheduleLibrary:
-    import tvm
-
     try:
         lines = list(_read_lines(path))
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as err:

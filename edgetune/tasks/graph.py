@@ -231,21 +231,21 @@ def _winograd_entry(mod: tvm.IRModule, winograd: bool | Sequence[str]) -> GraphP
     """How many convolutions the lowering put in the Winograd form, and why those (``tuning.winograd``)."""
     from .winograd import WINOGRAD_FUNC
 
-    calls = []
+    count = 0
 
     def visit(expr: Any) -> None:
+        nonlocal count
         if (isinstance(expr, relax.Call) and expr.args and isinstance(expr.args[0], tvm.ir.GlobalVar)
                 and expr.args[0].name_hint.startswith(WINOGRAD_FUNC)):
-            calls.append(expr)
+            count += 1
 
     for _gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    count = len(calls)
-    why = ("every 3x3 stride-1 convolution with enough channels and tiles" if winograd is True
-           else f"the shapes whose library schedules beat the direct form's: {len(winograd)} in the library")
     if not count:
         return None
+    why = ("every 3x3 stride-1 convolution with enough channels and tiles" if winograd is True
+           else f"the shapes whose library schedules beat the direct form's: {len(winograd)} in the library")
     return GraphPass("winograd", "applied", f"{count} 3x3 convolution(s) in the Winograd form F(4x4, 3x3) ({why})")
 
 

@@ -172,13 +172,13 @@ def resolve_winograd(setting: Any, conv_layout_applied: str, target: Any, librar
         return setting
     if setting != "auto":
         return setting == "on"
+    from ..common.cpu_family import family_of
     from .graph import is_blocked
     from .winograd import winograd_wins
 
     if library is None or not is_blocked(conv_layout_applied):
         return False
-    mcpu = str(target.attrs.get("mcpu", "") or "") if getattr(target, "attrs", None) is not None else ""
-    return tuple(sorted(winograd_wins(library.workloads, mcpu))) or False
+    return tuple(sorted(winograd_wins(library.workloads, family_of(target).mcpu))) or False
 
 
 def prepare_model(model: LoadedModel, recipe: Recipe, target: Any) -> LoadedModel:

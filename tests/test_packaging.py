@@ -37,7 +37,7 @@ BUNDLED = sorted(path.stem for path in (REPO / "device_profiles").glob("*.toml")
 MIGRATIONS = sorted(path.name for path in (REPO / "edgetune" / "history" / "migrations" / "versions").glob("0*.py"))
 METATUNE = REPO / "edgetune" / "costmodel" / "data" / "metatune.npz"  # the bundled MetaTune model (package data)
 #: the schedule libraries shipped in the package (edgetune/schedules/data), as paths in the wheel
-SHIPPED_LIBRARIES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "edgetune" / "schedules" / "data").glob("*.schedules.gz"))
+SHIPPED_LIBRARIES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "edgetune" / "schedules" / "data").glob("*.schedules.xz"))
 
 # What a setuptools warning looks like in a build's output: `python -m build` prints a
 # backend's warnings as "WARNING <message>", Python as "<file>:<line>: <Category>: <message>"

@@ -70,8 +70,8 @@ def test_a_library_zoo_entry_names_a_files_exporter_and_leaves_demos_as_given() 
     assert zoo_entry("net.onnx", None) == "net.onnx"
     built = ModelBuilt("/data/exports/squeezenet1_0-224.onnx", tasks=22, trials_this_run=704, in_history_before=0,
                        seconds=1.0, of_tasks=35, writer=writer)
-    assert built.label("x86-64-avx512.schedules.gz") == (
-        f"squeezenet1_0-224.onnx via {writer} (the 22 of its 35 tasks x86-64-avx512.schedules.gz lacked)")
+    assert built.label("x86-64-avx512.schedules.xz") == (
+        f"squeezenet1_0-224.onnx via {writer} (the 22 of its 35 tasks x86-64-avx512.schedules.xz lacked)")
 
 
 def test_schedules_info_says_the_default_zoo_is_lookalikes_and_names_the_shipped_real_exports() -> None:

@@ -7,17 +7,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 EPILOG = """examples:
-  edgetune schedules build --profile host --budget 32 --db zoo.db --out host.schedules.gz   # hours; resumable
-  edgetune schedules build --profile host --budget 8 --db try.db --out try.schedules.gz --zoo demo:resnet18@128
-  edgetune schedules export --db history.db --profile host team.schedules.gz
-  edgetune schedules import team.schedules.gz --db postgresql://tuner@db-host/edgetune
-  edgetune schedules info team.schedules.gz
-  edgetune schedules build --budget 32 --db gap.db --out gap.schedules.gz --zoo net.onnx --missing-from auto
-  edgetune schedules build --budget 32 --db mine.db --out mine.schedules.gz --zoo net.onnx --missing-from auto --for-this-cpu --heaviest 6
-  edgetune schedules build --budget 128 --db deep.db --out deep.schedules.gz --zoo net.onnx --heaviest 4 --start-from auto
-  edgetune schedules build --budget 32 --db dw.db --out dw.schedules.gz --operator depthwise_conv2d_NCHWc
-  edgetune schedules merge shipped.schedules.gz more.schedules.gz --out all.schedules.gz
-  edgetune tune --profile host --model net.onnx --schedules team.schedules.gz
+  edgetune schedules build --profile host --budget 32 --db zoo.db --out host.schedules.xz   # hours; resumable
+  edgetune schedules build --profile host --budget 8 --db try.db --out try.schedules.xz --zoo demo:resnet18@128
+  edgetune schedules export --db history.db --profile host team.schedules.xz
+  edgetune schedules import team.schedules.xz --db postgresql://tuner@db-host/edgetune
+  edgetune schedules info team.schedules.xz
+  edgetune schedules build --budget 32 --db gap.db --out gap.schedules.xz --zoo net.onnx --missing-from auto
+  edgetune schedules build --budget 32 --db mine.db --out mine.schedules.xz --zoo net.onnx --missing-from auto --for-this-cpu --heaviest 6
+  edgetune schedules build --budget 128 --db deep.db --out deep.schedules.xz --zoo net.onnx --heaviest 4 --start-from auto
+  edgetune schedules build --budget 32 --db dw.db --out dw.schedules.xz --operator depthwise_conv2d_NCHWc
+  edgetune schedules merge shipped.schedules.xz more.schedules.xz --out all.schedules.xz
+  edgetune tune --profile host --model net.onnx --schedules team.schedules.xz
 
 A library holds each workload's best few traces (not compiled code), the CPU
 family they were tuned for (x86-64-avx2, x86-64-avx512, aarch64-neon, ...),
@@ -47,7 +47,7 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     build_parser.add_argument("--profile", "-p", default="host", help="device profile (default: host)")
     build_parser.add_argument("--db", required=True, metavar="URL", help="the history that is the build's working store")
     build_parser.add_argument("--budget", type=int, required=True, help="measured trials per unique workload")
-    build_parser.add_argument("--out", metavar="FILE", help="library file to write at the end (default: none, tune only)")
+    build_parser.add_argument("--out", metavar="FILE", help="library file to write at the end, xz where it ends in .xz, else gzip (default: none, tune only)")
     build_parser.add_argument("--zoo", nargs="+", metavar="SPEC", help="models to tune (default: edgetune's zoo, see `schedules info`)")
     build_parser.add_argument("--work", metavar="DIR", default="edgetune-out/schedules-build", help="run directories")
     build_parser.add_argument("--tracker", metavar="HOST:PORT", help="RPC tracker of the board(s) (default: the loopback board)")
@@ -87,7 +87,7 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
     )
     build_parser.set_defaults(func=build)
     export = actions.add_parser("export", help="write a library from a history's best records for a profile's target")
-    export.add_argument("file", metavar="FILE", help="library file to write (.schedules.gz)")
+    export.add_argument("file", metavar="FILE", help="library file to write: xz where its name ends in .xz (.schedules.xz), gzip otherwise")
     export.add_argument("--db", required=True, metavar="URL", help="the history to export (e.g. a build's --db)")
     export.add_argument("--profile", "-p", default="host", help="whose target's records are exported (default: host)")
     export.add_argument("--top-k", type=int, default=3, help="schedules kept per workload (default 3)")
@@ -110,7 +110,7 @@ def add_schedules_parser(sub: Any, build: Callable[[argparse.Namespace], int]) -
         "each build's budget, zoo and layout, which `info` lists.",
     )
     merge.add_argument("files", metavar="FILE", nargs="+", help="libraries to join (at least two)")
-    merge.add_argument("--out", required=True, metavar="FILE", help="library file to write (may be one of the inputs)")
+    merge.add_argument("--out", required=True, metavar="FILE", help="library file to write, xz where it ends in .xz, else gzip (may be one of the inputs)")
     merge.add_argument("--top-k", type=int,
                        help="schedules kept per workload and CPU model (default: the inputs' largest)")
     merge.set_defaults(func=_merge)

@@ -35,7 +35,7 @@ from .library import ScheduleLibrary, load_library
 SCHEDULES_MODES = ("auto", "off")
 #: the package data directory (edgetune/schedules/data/) holding the shipped libraries, one file per CPU family
 SHIPPED_PACKAGE = "edgetune.schedules.data"
-SHIPPED_SUFFIX = ".schedules.gz"
+SHIPPED_SUFFIX = ".schedules.xz"  # xz: a seventh of gzip's bytes (edgetune.schedules.library)
 #: workloads of the same operator with another epilogue tried for a task the library has no workload of its own
 #: operator for (each replays its trace on its own workload first; a few are built unlike this task's space)
 ANCHOR_WORKLOADS_TRIED = 4

@@ -133,13 +133,18 @@ def export(arch: str, res: int, exporter: str, out_dir: Path, seed: int = 0) -> 
     return path
 
 
-def quantize_qdq(float_path: Path, res: int, calibration: int = 8, seed: int = 0) -> Path:
+def quantize_qdq(float_path: Path, res: int, calibration: int = 8, seed: int = 0, activations: str = "int8") -> Path:
     """``float_path`` quantized by ONNX Runtime's ``quantize_static`` with its defaults (QDQ format, int8 activations
-    and weights, per tensor), calibrated on ``calibration`` seeded standard-normal inputs: ``...-qdq.onnx`` beside it."""
-    import numpy as np
-    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+    and weights, per tensor), calibrated on ``calibration`` seeded standard-normal inputs: ``...-qdq.onnx`` beside it.
 
-    path = float_path.with_name(float_path.stem + "-qdq.onnx")
+    ``activations="uint8"`` (``...-qdq-u8.onnx``) quantizes the activations to uint8 instead, what ONNX Runtime's
+    documentation recommends on x86-64 (U8S8): with the default int8 activations its CPU provider ran the QDQ
+    ResNet-18 as fast as its float model, no faster."""
+    import numpy as np
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
+
+    suffix = "-qdq.onnx" if activations == "int8" else f"-qdq-{activations[0]}8.onnx"
+    path = float_path.with_name(float_path.stem + suffix)
     if path.exists():
         return path
     rng = np.random.default_rng(seed)
@@ -149,7 +154,8 @@ def quantize_qdq(float_path: Path, res: int, calibration: int = 8, seed: int = 0
         def get_next(self) -> dict | None:
             return next(batches, None)
 
-    quantize_static(str(float_path), str(path), Reader())
+    activation_type = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[activations]
+    quantize_static(str(float_path), str(path), Reader(), activation_type=activation_type)
     return path
 
 
@@ -163,6 +169,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("edgetune-out/exports"))
     parser.add_argument("--qdq", action="store_true",
                         help="also write the ONNX export quantized by ONNX Runtime's quantize_static (its defaults)")
+    parser.add_argument("--qdq-activations", choices=("int8", "uint8"), default="int8",
+                        help="with --qdq: the activations' type (default int8, the quantizer's default; uint8 is what "
+                        "ONNX Runtime recommends on x86-64, written as ...-qdq-u8.onnx)")
     args = parser.parse_args()
     wanted = [(arch, args.res, args.exporter) for arch in args.arch]
     if args.population:
@@ -173,7 +182,7 @@ def main() -> int:
         path = export(arch, res, exporter, args.out, args.seed)
         print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
         if args.qdq and path.suffix == ".onnx":
-            quantized = quantize_qdq(path, res, seed=args.seed)
+            quantized = quantize_qdq(path, res, seed=args.seed, activations=args.qdq_activations)
             print(f"{quantized}: {quantized.stat().st_size / 1e6:.1f} MB")
     return 0
 

@@ -68,18 +68,21 @@ class _Calibration:
         return self.inputs.pop() if self.inputs else None
 
 
-def write_qdq_resnet(path: Path, seed: int = 0, per_channel: bool = True, unsigned: bool = False) -> Path:
+def write_qdq_resnet(path: Path, seed: int = 0, per_channel: bool = True, unsigned: bool = False,
+                     unsigned_activations: bool = False) -> Path:
     """The QDQ int8 model at ``path`` (its float original beside it, ``.float.onnx``); ``unsigned``: uint8
-    activations and weights with zero points (QUInt8), as ONNX Runtime's quantizer writes them when asked."""
+    activations and weights with zero points (QUInt8), as ONNX Runtime's quantizer writes them when asked;
+    ``unsigned_activations``: uint8 activations and int8 weights (U8S8, what ONNX Runtime recommends on x86-64)."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     float_path = path.with_suffix(".float.onnx")
     onnx.save(_resnet_graph(seed), str(float_path))
     reader = type("Reader", (_Calibration, CalibrationDataReader), {})()
-    kind = QuantType.QUInt8 if unsigned else QuantType.QInt8
+    activations = QuantType.QUInt8 if unsigned or unsigned_activations else QuantType.QInt8
+    weights = QuantType.QUInt8 if unsigned else QuantType.QInt8
     quantize_static(str(float_path), str(path), reader, quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                    activation_type=kind, weight_type=kind)
+                    activation_type=activations, weight_type=weights)
     return path
 
 

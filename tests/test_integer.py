@@ -153,16 +153,18 @@ def test_quantized_operators_without_an_integer_form_stay_in_float_and_are_said(
 
 
 def test_a_layer_the_integer_form_cannot_take_stays_in_float_with_its_reason(tmp_path: Path) -> None:
-    """uint8 activations and weights with zero points (ONNX Runtime's QUInt8) have no int8 form here: left in float,
-    each with its reason, and the model computes what ONNX Runtime does."""
+    """uint8 weights with zero points (ONNX Runtime's QUInt8 for weights too) have no int8 form here: left in float,
+    each with its reason, the graph as imported (its uint8 activations too), and the model computes what ONNX
+    Runtime does."""
     path = write_qdq_resnet(tmp_path / "unsigned.onnx", unsigned=True)
     model = load_model(str(path))
     prepared = prepare_graph(model, "as-is", "full", TARGET)
     entry = integer_entry(prepared)
     assert entry.status == "unchanged" and entry.detail.startswith("no layer in int8; "), entry.detail
+    assert "as int8" not in entry.detail, entry.detail  # nothing in integers: the uint8 activations stay as they were
     listed = prepared.graph.to_dict()["quantized_ops_in_float"]
     convs = [op for op in listed if "conv2d" in op["ops"]]
-    assert len(convs) == 4 and all("uint8" in op["reason"] for op in convs), listed
+    assert len(convs) == 4 and all("a zero point other than 0" in op["reason"] for op in convs), listed
     assert "integer: no layer in int8" in prepared.graph.describe()
     x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
     [ours] = prepared.reference_outputs({model.inputs[0].name: x})
@@ -208,6 +210,67 @@ def test_an_onnx_qdq_model_end_to_end_matches_onnxruntime(tmp_path: Path, per_ch
         ours.append(np.rint(prepared.reference_outputs({model.inputs[0].name: x})[0] / scale))
         theirs.append(np.rint(onnxruntime_outputs(path, {INPUT: x}, fused=fused)[0] / scale))
     assert_matches(ours, theirs, "ONNX Runtime")
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_uint8_activations_are_computed_as_int8_and_the_outputs_are_onnxruntimes(tmp_path: Path, per_channel: bool) -> None:
+    """ONNX Runtime's recommendation on x86-64 (U8S8: uint8 activations, int8 weights). Each uint8 activation becomes
+    int8 with its zero point less 128, so every layer takes the integer form, no uint8 tensor is left, and the
+    outputs are ONNX Runtime's: the same values, each shifted by 128 and back."""
+    path = write_qdq_resnet(tmp_path / "u8s8.onnx", per_channel=per_channel, unsigned_activations=True)
+    model = load_model(str(path))
+    assert "uint8" in model.mod.script(show_meta=False)  # the fixture is what it says
+    prepared = prepare_graph(model, "auto", "full", TARGET)
+    entry = integer_entry(prepared)
+    assert entry.status == "applied" and entry.detail.startswith("3 convolutions, 1 depthwise, 1 dense in int8"), entry.detail
+    assert "uint8 activation(s) as int8 (zero points less 128)" in entry.detail, entry.detail
+    assert "uint8" not in prepared.mod.script(show_meta=False)
+    scale = output_scale(path)
+    fused = _host_has("avx512_vnni", "avx512bw")  # as the int8 test above: ONNX Runtime's fused kernels where exact
+    ours, theirs = [], []
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
+        ours.append(np.rint(prepared.reference_outputs({model.inputs[0].name: x})[0] / scale))
+        theirs.append(np.rint(onnxruntime_outputs(path, {INPUT: x}, fused=fused)[0] / scale))
+    assert_matches(ours, theirs, "ONNX Runtime")
+
+
+def test_a_uint8_activation_whose_dequantize_is_the_functions_output_is_made_int8_too() -> None:
+    """A dequantize bound outside the dataflow block (a model whose last op it is, as torchvision's QDQ ResNet-18
+    ends) is rewritten as such; each uint8 quantize read by anything else than a dequantize keeps its uint8."""
+    from tvm import relax
+
+    from edgetune.tasks.integer import signed_activations
+
+    scale, zero = relax.const(0.05, "float32"), relax.const(130, "uint8")
+    x = relax.Var("x", relax.TensorType((1, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            kept = bb.emit(relax.op.quantize(x, scale, zero, axis=1, out_dtype="uint8"))
+            # not a dequantize: this uint8 stays
+            read_as_bytes = bb.emit(relax.op.multiply(relax.op.astype(kept, "float32"), relax.const(0.01, "float32")))
+            q = bb.emit(relax.op.quantize(relax.op.add(x, read_as_bytes), scale, zero, axis=1, out_dtype="uint8"))
+            out = bb.emit_output(relax.op.dequantize(q, scale, zero, axis=1))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    shifted, count = signed_activations(mod)
+    assert count == 1
+    returned = shifted["main"].body.body  # the function's output: still bound outside the dataflow block
+    assert isinstance(returned, relax.Var) and not isinstance(returned, relax.DataflowVar), type(returned)
+    quantizes = [str(call.attrs.out_dtype) for call in _calls(shifted, "relax.quantize")]
+    assert sorted(quantizes) == ["int8", "uint8"], quantizes
+    data = np.random.default_rng(0).uniform(-3, 3, (1, 16)).astype(np.float32)
+    before, after = (relax.VirtualMachine(relax.build(m, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+                     for m in (mod, shifted))
+    assert len(np.unique(before)) > 4 and np.array_equal(before, after)  # the same values, clipped where uint8 clips
+
+
+def _calls(mod, op_name: str) -> list:
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e) if isinstance(e, relax.Call)
+                                    and getattr(e.op, "name", "") == op_name else None)
+    return found
 
 
 def test_the_blocked_layout_leaves_int8_convolutions_as_imported_and_says_so() -> None:

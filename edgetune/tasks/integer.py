@@ -41,11 +41,18 @@ and cast. What fuses after it also goes in: a residual add left in float
 ``R.nn.pad`` when this kernel's output has no other consumer; a pad whose
 input has several consumers (or a model's input) is a kernel of its own.
 
+uint8 activations (what ONNX Runtime's documentation recommends quantizing to
+on x86-64, U8S8) are first made int8 by :func:`signed_activations`: a quantize
+to uint8 whose every reader is a dequantize quantizes to int8 with its zero
+point less 128, and its dequantizes read it so. ``s * (q - z)`` is the same
+value for ``q - 128`` and ``z - 128``, so the model computes what it did.
+
 Anything else stays as the frontend wrote it, in float between dequantize and
 quantize (elementwise adds and multiplies, means and average pools,
-hard-swish, concats, a layer whose weights have a zero point, uint8 or
-per-channel activations): :attr:`IntegerReport.in_float` lists each such
-quantized operator with why, never an error.
+hard-swish, concats, a layer whose weights have a zero point, a uint8
+activation read by other than dequantizes, per-channel activations):
+:attr:`IntegerReport.in_float` lists each such quantized operator with why,
+never an error.
 """
 
 from __future__ import annotations
@@ -95,6 +102,8 @@ class IntegerReport:
     depthwise: int = 0
     dense: int = 0
     in_float: tuple[FloatOp, ...] = ()
+    #: uint8 activations made int8 first (:func:`signed_activations`)
+    unsigned: int = 0
 
     @property
     def layers(self) -> int:
@@ -109,6 +118,8 @@ class IntegerReport:
             kinds = Counter(op.name for op in self.in_float)
             left = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in sorted(kinds.items()))
             line += f"; {len(self.in_float)} quantized operator(s) left in float ({left})"
+        if self.unsigned:
+            line += f"; {self.unsigned} uint8 activation(s) as int8 (zero points less 128)"
         return line
 
 
@@ -152,6 +163,8 @@ def integer_convolutions(mod: tvm.IRModule) -> int:
 
 def integer_arithmetic(mod: tvm.IRModule) -> tuple[tvm.IRModule, IntegerReport]:
     """``mod`` with its quantized convolutions and dense layers in integers (see the module's doc), and what was done."""
+    original = mod
+    mod, unsigned = signed_activations(mod)
     found: dict[Any, _Rewrite] = {}
     in_float: list[FloatOp] = []
     for func in _functions(mod):
@@ -166,15 +179,75 @@ def integer_arithmetic(mod: tvm.IRModule) -> tuple[tvm.IRModule, IntegerReport]:
             else:
                 in_float.append(FloatOp(_float_ops(graph, value.args[0]), _shape(value), reason))
     counts = Counter(r.kind for r in found.values())
-    report = IntegerReport(counts["convolutions"], counts["depthwise"], counts["dense"], tuple(in_float))
+    report = IntegerReport(counts["convolutions"], counts["depthwise"], counts["dense"], tuple(in_float),
+                           unsigned if found else 0)
     if not found:
-        return mod, report
+        return original, report  # nothing in integers: the graph as imported, uint8 and all
     mutator = _Integer(mod, found)
     for gvar, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gvar, mutator.visit_expr(func))
     out = relax.transform.DeadCodeElimination()(mutator.builder_.get())
     return out, report
+
+
+def signed_activations(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
+    """``mod`` with its uint8 activations int8 (see the module's doc), and how many.
+
+    Only a quantize to uint8 with a constant zero point, every reader of which is a dequantize with a constant zero
+    point, changes: anything that reads the uint8 values themselves keeps them.
+    """
+    targets: set[Any] = set()
+    for func in _functions(mod):
+        graph = _Graph(func)
+        for var, value in graph.bindings:
+            if not _is_op(value, "relax.quantize") or str(value.attrs.out_dtype) != "uint8":
+                continue
+            users = graph.users.get(var, [])
+            if not isinstance(value.args[2], tvm.ir.expr.Constant) or not users or graph.uses[var] != len(users):
+                continue  # read by the function's output, or twice by one op
+            readers = [graph.bound[user] for user in users]
+            if all(_is_op(r, "relax.dequantize") and r.args[0].same_as(var) and isinstance(r.args[2], tvm.ir.expr.Constant)
+                   for r in readers):
+                targets.add(var)
+    if not targets:
+        return mod, 0
+    mutator = _Signed(mod, targets)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    return mutator.builder_.get(), len(targets)
+
+
+def _less_128(zero_point: tvm.ir.expr.Constant) -> relax.Expr:
+    """A uint8 zero point as the int8 one of the same values shifted by -128."""
+    return relax.const((zero_point.value.numpy().astype(np.int16) - 128).astype(np.int8), "int8")
+
+
+@relax.expr_functor.mutator
+class _Signed(relax.PyExprMutator):
+    """Quantizes ``targets`` (uint8 quantize bindings) to int8, and their dequantizes read them so."""
+
+    def __init__(self, mod: tvm.IRModule, targets: set[Any]) -> None:
+        super().__init__(mod)
+        self.targets = targets
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if binding.var in self.targets:
+            new = relax.op.quantize(self.visit_expr(value.args[0]), self.visit_expr(value.args[1]),
+                                    _less_128(value.args[2]), axis=value.attrs.axis, out_dtype="int8")
+        elif _is_op(value, "relax.dequantize") and isinstance(value.args[0], relax.Var) and value.args[0] in self.targets:
+            new = relax.op.dequantize(self.visit_expr(value.args[0]), self.visit_expr(value.args[1]),
+                                      _less_128(value.args[2]), axis=value.attrs.axis, out_dtype=value.attrs.out_dtype)
+        else:
+            super().visit_var_binding_(binding)
+            return
+        if isinstance(binding.var, relax.DataflowVar):
+            var = self.builder_.emit(new, binding.var.name)
+        else:  # a dataflow block's output (a model whose last op is the dequantize)
+            var = self.builder_.emit_output(new, binding.var.name)
+        self.set_var_remap(binding.var, var)
 
 
 class _Graph:
